@@ -1,0 +1,24 @@
+"""Shared pydantic configuration: camelCase on the wire, unknown fields refused."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """Base of every resource part: the wire speaks camelCase, Python speaks snake_case.
+
+    Unknown fields are refused so that a typo in a YAML file is an error, not a silent no-op.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+    def to_wire(self) -> dict:
+        """The JSON-ready form, as users write it: camelCase, no unset optionals."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -1,0 +1,136 @@
+"""The specs of every kind. One class per kind's spec; the registry ties them to names and wire types."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, model_validator
+
+from meshplane.model.base import WireModel
+from meshplane.model.durations import Duration
+from meshplane.model.meta import Placement
+
+_HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
+_PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
+
+
+def _check_hostname(value: str) -> str:
+    if not _HOSTNAME.match(value):
+        raise ValueError(f"{value!r} is not a hostname, '*' or '*.domain'")
+    return value
+
+
+def _check_base_path(value: str) -> str:
+    if value != "/" and (not value.startswith("/") or value.endswith("/")):
+        raise ValueError(f"{value!r} must start with '/' and not end with '/' (or be '/')")
+    if value != "/":
+        _check_segments(value)
+    return value
+
+
+def _check_operation_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} must start with '/'")
+    if value != "/":
+        _check_segments(value.rstrip("/") if value != "/" else value)
+    if "*" in value and not value.endswith("/*"):
+        raise ValueError(f"{value!r}: '*' may stand only as the last segment")
+    return value
+
+
+def _check_segments(path: str) -> None:
+    for segment in path.split("/")[1:]:
+        if not _PATH_SEGMENT.match(segment):
+            raise ValueError(f"path segment {segment!r} is not valid (use literal text, {{param}} or a final *)")
+
+
+Hostname = Annotated[str, AfterValidator(_check_hostname)]
+BasePath = Annotated[str, AfterValidator(_check_base_path)]
+OperationPath = Annotated[str, AfterValidator(_check_operation_path)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class ProjectSpec(WireModel):
+    """A tenant. Every project-scoped object lives in one."""
+
+    description: str = ""
+    display_name: str | None = None
+
+
+class EastWestGateway(WireModel):
+    address: str
+    port: Port
+
+
+class ClusterSpec(WireModel):
+    """A data-plane cluster; its labels (in metadata) drive placement."""
+
+    description: str = ""
+    east_west_gateway: EastWestGateway | None = None
+
+
+class HttpMethod(StrEnum):
+    GET = "GET"
+    HEAD = "HEAD"
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+    OPTIONS = "OPTIONS"
+
+
+class Operation(WireModel):
+    """One method on one path below the API's basePath; `{param}` matches one segment, a final `*` the rest."""
+
+    method: HttpMethod
+    path: OperationPath
+
+
+class BackendProtocol(StrEnum):
+    HTTP = "http"
+    HTTP2 = "http2"
+    GRPC = "grpc"
+
+
+class RetryPolicy(WireModel):
+    attempts: int = Field(ge=1, le=10)
+    per_try_timeout: Duration | None = None
+    on: str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+
+
+class Backend(WireModel):
+    """An upstream of an API: requests go to these, split by weight."""
+
+    host: str = Field(min_length=1)
+    port: Port
+    protocol: BackendProtocol = BackendProtocol.HTTP
+    base_path: BasePath = "/"
+    weight: int = Field(default=100, ge=0, le=1_000_000)
+    timeout: Duration | None = None
+    retries: RetryPolicy | None = None
+
+
+class APISpec(WireModel):
+    """A managed API: what the gateway exposes under basePath and where it sends it."""
+
+    version: str = Field(default="v1", min_length=1, max_length=63)
+    base_path: BasePath
+    hostnames: list[Hostname] = Field(default_factory=lambda: ["*"], min_length=1)
+    operations: list[Operation] = Field(default_factory=list)
+    backends: list[Backend] = Field(min_length=1)
+    timeout: Duration | None = None
+    placement: Placement = Field(default_factory=Placement)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> APISpec:
+        if sum(b.weight for b in self.backends) == 0:
+            raise ValueError("backends: at least one backend needs a weight above 0")
+        seen: set[tuple[str, str]] = set()
+        for op in self.operations:
+            key = (op.method.value, op.path)
+            if key in seen:
+                raise ValueError(f"operations: {op.method.value} {op.path} is declared twice")
+            seen.add(key)
+        return self

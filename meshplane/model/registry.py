@@ -1,0 +1,141 @@
+"""The one registry of kinds: REST routes, the store, the CLI and the sync layer all read it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from google.protobuf.message import Message
+from pydantic import BaseModel, ValidationError, create_model
+
+from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
+from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
+from meshplane.model.status import ObjectStatus
+from meshplane.proto.v1 import resources_pb2
+
+
+class Scope(StrEnum):
+    CLUSTER = "Cluster"
+    PROJECT = "Project"
+
+
+class ClusterStatus(ObjectStatus):
+    """What the server knows of a cluster's agent."""
+
+    connected: bool = False
+    last_seen: str | None = None
+    agent_version: str | None = None
+    synced_revision: int | None = None
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """Everything the system needs to know about one kind."""
+
+    kind: str
+    plural: str
+    scope: Scope
+    spec: type[BaseModel]
+    status: type[BaseModel] = ObjectStatus
+    message: type[Message] | None = None
+    """The proto message delivered to agents; None for kinds that stay at the server."""
+    model: type[Resource] = field(init=False)
+
+    def __post_init__(self) -> None:
+        model = create_model(
+            self.kind,
+            __base__=Resource[self.spec, self.status],  # type: ignore[name-defined]
+            kind=(Literal[self.kind], self.kind),  # type: ignore[valid-type]
+        )
+        object.__setattr__(self, "model", model)
+
+    @property
+    def namespaced(self) -> bool:
+        return self.scope is Scope.PROJECT
+
+    @property
+    def delivered(self) -> bool:
+        return self.message is not None
+
+    @property
+    def type_url(self) -> str:
+        if self.message is None:
+            raise ValueError(f"{self.kind} is not delivered to clusters")
+        return f"type.googleapis.com/{self.message.DESCRIPTOR.full_name}"
+
+
+class UnknownKind(LookupError):
+    def __init__(self, word: str, known: list[str]):
+        super().__init__(f"unknown kind {word!r}; known kinds: {', '.join(known)}")
+
+
+class KindRegistry:
+    def __init__(self, kinds: list[KindInfo]):
+        self._by_kind = {k.kind: k for k in kinds}
+        self._by_word = {w.lower(): k for k in kinds for w in (k.kind, k.plural)}
+        self._by_type_url = {k.type_url: k for k in kinds if k.delivered}
+
+    def __iter__(self) -> Iterator[KindInfo]:
+        return iter(self._by_kind.values())
+
+    def get(self, kind: str) -> KindInfo:
+        try:
+            return self._by_kind[kind]
+        except KeyError:
+            raise UnknownKind(kind, list(self._by_kind)) from None
+
+    def resolve(self, word: str) -> KindInfo:
+        """A kind from its name or plural, in any case (`api`, `APIs`, `API`)."""
+        try:
+            return self._by_word[word.lower()]
+        except KeyError:
+            raise UnknownKind(word, list(self._by_kind)) from None
+
+    def by_type_url(self, type_url: str) -> KindInfo:
+        return self._by_type_url[type_url]
+
+    def delivered(self) -> list[KindInfo]:
+        return [k for k in self if k.delivered]
+
+    def parse(self, doc: Mapping[str, Any]) -> Resource:
+        """Validate a user document (from YAML or JSON) into its kind's model.
+
+        Raises InvalidObject with field paths; `status` from users is ignored.
+        """
+        if not isinstance(doc, Mapping):
+            raise InvalidObject([FieldError(path="", message="an object must be a mapping")])
+        api_version = doc.get("apiVersion", API_VERSION)
+        if api_version != API_VERSION:
+            raise InvalidObject([FieldError(path="apiVersion", message=f"must be {API_VERSION}")])
+        kind_word = doc.get("kind")
+        if not isinstance(kind_word, str):
+            raise InvalidObject([FieldError(path="kind", message="is required")])
+        try:
+            info = self.resolve(kind_word)
+        except UnknownKind as exc:
+            raise InvalidObject([FieldError(path="kind", message=str(exc))]) from None
+        body = {k: v for k, v in doc.items() if k != "status"}
+        body["kind"] = info.kind
+        try:
+            resource = info.model.model_validate(body)
+        except ValidationError as exc:
+            raise InvalidObject(field_errors(exc)) from None
+        project = resource.metadata.project
+        if info.namespaced and not project:
+            raise InvalidObject([FieldError(path="metadata.project", message=f"{info.kind} needs a project")])
+        if not info.namespaced and project:
+            raise InvalidObject(
+                [FieldError(path="metadata.project", message=f"{info.kind} is cluster-scoped: no project")]
+            )
+        return resource
+
+
+REGISTRY = KindRegistry(
+    [
+        KindInfo("Project", "projects", Scope.CLUSTER, ProjectSpec),
+        KindInfo("Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus),
+        KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API),
+    ]
+)

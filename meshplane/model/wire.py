@@ -1,0 +1,64 @@
+"""Conversion between validated resources and the proto messages delivered to agents."""
+
+from __future__ import annotations
+
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
+
+from meshplane.model.registry import REGISTRY, KindInfo
+from meshplane.model.resource import Resource
+from meshplane.proto.v1 import resources_pb2
+
+
+def resource_name(project: str | None, name: str) -> str:
+    """The xDS resource name of an object: `project/name`, or `name` when cluster-scoped."""
+    return f"{project}/{name}" if project else name
+
+
+def to_message(info: KindInfo, resource: Resource) -> Message:
+    """The delivered form of an object: its identity, labels and validated spec; no status."""
+    if info.message is None:
+        raise ValueError(f"{info.kind} is not delivered to clusters")
+    meta = resource.metadata
+    spec = struct_pb2.Struct()
+    spec.update(resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return info.message(
+        metadata=resources_pb2.ObjectMeta(
+            name=meta.name,
+            project=meta.project or "",
+            labels=meta.labels,
+            annotations=meta.annotations,
+            generation=meta.generation or 0,
+            uid=meta.uid or "",
+            origin=meta.origin or "",
+        ),
+        spec=spec,
+    )
+
+
+def from_message(info: KindInfo, message: Message) -> Resource:
+    """Validate a delivered message back into its kind's model (raises InvalidObject)."""
+    meta = message.metadata  # type: ignore[attr-defined]
+    metadata: dict = {
+        "name": meta.name,
+        "labels": dict(meta.labels),
+        "annotations": dict(meta.annotations),
+    }
+    if meta.project:
+        metadata["project"] = meta.project
+    for key, value in (("generation", meta.generation), ("uid", meta.uid), ("origin", meta.origin)):
+        if value:
+            metadata[key] = value
+    spec = json_format.MessageToDict(message.spec)  # type: ignore[attr-defined]
+    return REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": _integral(spec)})
+
+
+def _integral(value: object) -> object:
+    """Struct carries every number as a double; give whole numbers back as ints."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
