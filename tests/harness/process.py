@@ -1,0 +1,113 @@
+"""The one way tests start and stop a process: bounded start-up, a log file, and a kill at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def require_binary(name: str, *candidates: str) -> str:
+    """The path of a binary, or a skip (a failure in CI) saying which one is missing."""
+    for candidate in (*candidates, name):
+        found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
+        if found:
+            return found
+    message = f"{name} is not installed (CI installs it; see .ci/run)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Process:
+    """A child process with its output in a log file; `stop()` always leaves nothing running."""
+
+    def __init__(self, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, **popen):
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            **popen,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
+        def ready() -> bool:
+            if not self.alive():
+                raise RuntimeError(f"{self.argv[0]} exited with {self.popen.returncode}:\n{self.log()[-4000:]}")
+            return check()
+
+        try:
+            wait_until(ready, timeout, what or self.argv[0])
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.log()[-4000:]}") from None
+
+    def kill(self) -> None:
+        """kill -9 of the whole process group, as a crash would do."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def running(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, **popen) -> Iterator[Process]:
+    process = Process(argv, log_path, env, **popen)
+    try:
+        yield process
+    finally:
+        process.stop()
