@@ -1,0 +1,3 @@
+from meshplane.cli import main
+
+main()

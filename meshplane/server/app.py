@@ -1,0 +1,69 @@
+"""The FastAPI application of the management server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Match
+
+from meshplane import __version__
+from meshplane.observability.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from meshplane.server.api import install_object_routes
+from meshplane.server.objects import ObjectService
+from meshplane.server.problems import install_problem_handlers
+from meshplane.server.watch import watch_router
+from meshplane.store.store import Store
+
+
+def _route_template(request: Request) -> str:
+    """The matched route's path template: a bounded metric label, unlike the raw path."""
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is Match.FULL:
+            return getattr(route, "path", "other")
+    return "unmatched"
+
+
+def create_app(store: Store, ready: Callable[[], bool] = lambda: True) -> FastAPI:
+    app = FastAPI(
+        title="meshplane",
+        version=__version__,
+        description="Multi-cluster control plane for API management and L7 traffic.",
+    )
+    install_problem_handlers(app)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = _route_template(request)
+        HTTP_REQUESTS.labels(request.method, route, str(response.status_code)).inc()
+        HTTP_LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
+        return response
+
+    @app.get("/healthz", tags=["Health"], summary="Liveness")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["Health"], summary="Readiness: the store answers and sync is running")
+    async def readyz(response: Response) -> dict[str, str]:
+        try:
+            await store.current_revision()
+        except Exception as exc:  # any store failure means not ready
+            response.status_code = 503
+            return {"status": "store unavailable", "detail": type(exc).__name__}
+        if not ready():
+            response.status_code = 503
+            return {"status": "starting"}
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["Health"], summary="Prometheus metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    install_object_routes(app, ObjectService(store))
+    app.include_router(watch_router(store))
+    return app

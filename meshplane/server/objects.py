@@ -1,0 +1,229 @@
+"""The object service: validation, project checks and optimistic concurrency over the store.
+
+REST handlers and the agent-facing services both write through here, so every write is validated
+the same way whichever door it came in by.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from meshplane.model.meta import LabelSelector
+from meshplane.model.registry import REGISTRY, KindInfo
+from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.server.problems import Problem
+from meshplane.store.errors import NotFound
+from meshplane.store.records import StoredObject
+from meshplane.store.store import Store
+
+MAX_PAGE = 1000
+
+
+def to_resource(info: KindInfo, stored: StoredObject) -> Resource:
+    """The API view of a stored object: metadata filled from the store, status as the system wrote it."""
+    metadata: dict[str, Any] = {
+        "name": stored.name,
+        "labels": stored.labels,
+        "annotations": stored.annotations,
+        "resourceVersion": str(stored.revision),
+        "generation": stored.generation,
+        "uid": stored.uid,
+        "creationTimestamp": stored.created_at.isoformat(),
+    }
+    if stored.project:
+        metadata["project"] = stored.project
+    if stored.origin:
+        metadata["origin"] = stored.origin
+    return info.model.model_validate(
+        {"kind": info.kind, "metadata": metadata, "spec": stored.spec, "status": stored.status}
+    )
+
+
+def parse_revision(text: str | None, path: str = "metadata.resourceVersion") -> int | None:
+    """An expected revision from a resourceVersion or an If-Match / ETag value (`"12"`, `W/"12"`)."""
+    if text is None or text == "":
+        return None
+    cleaned = text.removeprefix("W/").strip('"')
+    if not cleaned.isdigit():
+        raise Problem(422, f"{text!r} is not a resource version", [FieldError(path=path, message="not a number")])
+    return int(cleaned)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Resource]
+    revision: int
+    continue_token: str | None
+
+
+def _encode_continue(obj: StoredObject) -> str:
+    return base64.urlsafe_b64encode(json.dumps([obj.project, obj.name]).encode()).decode()
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        project, name = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return str(project), str(name)
+    except (ValueError, binascii.Error, TypeError):
+        raise Problem(400, "the continue token is not one this server issued") from None
+
+
+class ObjectService:
+    def __init__(self, store: Store):
+        self.store = store
+
+    async def require_project(self, project: str) -> None:
+        try:
+            await self.store.get("Project", "", project)
+        except NotFound:
+            raise Problem(404, f"project {project!r} not found") from None
+
+    def validate(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
+        """Check a document against its kind and against where it was sent (path project and name)."""
+        if not isinstance(doc, Mapping):
+            raise InvalidObject([FieldError(path="", message="the body must be a JSON object")])
+        body = dict(doc)
+        body.setdefault("kind", info.kind)
+        metadata = body.get("metadata")
+        if not isinstance(metadata, Mapping):
+            metadata = {} if metadata is None else metadata
+        if isinstance(metadata, Mapping):
+            metadata = dict(metadata)
+            if name is not None:
+                metadata.setdefault("name", name)
+            if project is not None:
+                metadata.setdefault("project", project)
+            body["metadata"] = metadata
+        resource = REGISTRY.parse(body)
+        errors = []
+        if resource.kind != info.kind:
+            errors.append(FieldError(path="kind", message=f"this endpoint takes {info.kind}, not {resource.kind}"))
+        if name is not None and resource.metadata.name != name:
+            errors.append(FieldError(path="metadata.name", message=f"does not match the name in the URL ({name})"))
+        if project is not None and resource.metadata.project != project:
+            errors.append(
+                FieldError(path="metadata.project", message=f"does not match the project in the URL ({project})")
+            )
+        if errors:
+            raise InvalidObject(errors)
+        return resource
+
+    async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
+        if project is not None:
+            await self.require_project(project)
+        resource = self.validate(info, project, None, doc)
+        meta = resource.metadata
+        stored = await self.store.create(
+            info.kind,
+            meta.project or "",
+            meta.name,
+            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            labels=meta.labels,
+            annotations=meta.annotations,
+        )
+        return to_resource(info, stored)
+
+    async def put(
+        self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None = None
+    ) -> tuple[Resource, bool]:
+        if project is not None:
+            await self.require_project(project)
+        resource = self.validate(info, project, name, doc)
+        meta = resource.metadata
+        expected = parse_revision(if_match, "If-Match") or parse_revision(meta.resource_version)
+        stored, created = await self.store.put(
+            info.kind,
+            meta.project or "",
+            meta.name,
+            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            labels=meta.labels,
+            annotations=meta.annotations,
+            expected_revision=expected,
+        )
+        return to_resource(info, stored), created
+
+    async def patch(
+        self, info: KindInfo, project: str | None, name: str, patch: Mapping[str, Any], if_match: str | None = None
+    ) -> Resource:
+        """JSON merge patch (RFC 7396) of the object's user-owned parts, applied at its current revision."""
+        if not isinstance(patch, Mapping):
+            raise InvalidObject([FieldError(path="", message="a merge patch must be a JSON object")])
+        current = await self.get(info, project, name)
+        merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
+        expected = parse_revision(if_match, "If-Match") or parse_revision(
+            (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch.get("metadata"), Mapping) else None
+        )
+        merged["metadata"]["resourceVersion"] = str(expected or current.metadata.resource_version)
+        for server_owned in ("uid", "generation", "creationTimestamp", "origin"):
+            merged["metadata"].pop(server_owned, None)
+        resource, _ = await self.put(info, project, name, merged)
+        return resource
+
+    async def delete(self, info: KindInfo, project: str | None, name: str, if_match: str | None = None) -> Resource:
+        if project is not None:
+            await self.require_project(project)
+        if info.kind == "Project":
+            await self._refuse_non_empty_project(name)
+        stored = await self.store.delete(
+            info.kind, project or "", name, expected_revision=parse_revision(if_match, "If-Match")
+        )
+        return to_resource(info, stored)
+
+    async def _refuse_non_empty_project(self, project: str) -> None:
+        for info in REGISTRY:
+            if info.namespaced:
+                items, _ = await self.store.list(info.kind, project, limit=1)
+                if items:
+                    raise Problem(409, f"project {project!r} still holds {info.plural}; delete them first")
+
+    async def get(self, info: KindInfo, project: str | None, name: str) -> Resource:
+        if project is not None:
+            await self.require_project(project)
+        try:
+            stored = await self.store.get(info.kind, project or "", name)
+        except NotFound:
+            where = f" in project {project!r}" if project else ""
+            raise Problem(404, f"{info.kind} {name!r} not found{where}") from None
+        return to_resource(info, stored)
+
+    async def list(
+        self,
+        info: KindInfo,
+        project: str | None,
+        selector: LabelSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> Page:
+        if project is not None:
+            await self.require_project(project)
+        if limit is not None and not 1 <= limit <= MAX_PAGE:
+            raise Problem(
+                422, f"limit must be between 1 and {MAX_PAGE}", [FieldError(path="limit", message="out of range")]
+            )
+        where: Callable[[StoredObject], bool] | None = (lambda o: selector.matches(o.labels)) if selector else None
+        after = _decode_continue(continue_token) if continue_token else None
+        fetch = limit + 1 if limit else None
+        items, revision = await self.store.list(info.kind, project, where=where, limit=fetch, after=after)
+        token = None
+        if limit and len(items) > limit:
+            items = items[:limit]
+            token = _encode_continue(items[-1])
+        return Page([to_resource(info, o) for o in items], revision, token)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396: objects merge key by key, null deletes, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result

@@ -1,0 +1,134 @@
+"""The fleet projection: which delivered objects every cluster should hold.
+
+Each object is validated, serialized and hashed once per change; the packed resource is shared by
+every cluster it is placed on, and the xDS cache is updated only where something differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from meshplane.model.meta import Placement
+from meshplane.model.registry import REGISTRY, KindInfo
+from meshplane.model.resource import Resource
+from meshplane.model.wire import resource_name, to_message
+from meshplane.observability.logging import get_logger
+from meshplane.server.objects import to_resource
+from meshplane.server.placement import placed_clusters
+from meshplane.store.records import StoredObject
+from meshplane.xds.cache import ResourceCache
+from meshplane.xds.resource import VersionedResource, pack
+
+log = get_logger("meshplane.server.projection")
+
+ObjectKey = tuple[str, str, str]
+"""(kind, project, name)"""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveredObject:
+    info: KindInfo
+    resource: VersionedResource
+    placement: Placement
+
+
+def placement_of(resource: Resource) -> Placement:
+    """Where an object asks to go; kinds without a placement go everywhere."""
+    return getattr(resource.spec, "placement", None) or Placement()
+
+
+def deliver(info: KindInfo, stored: StoredObject) -> DeliveredObject:
+    """Validate and pack a stored object once, for every cluster that will receive it."""
+    resource = to_resource(info, stored)
+    packed = pack(resource_name(stored.project, stored.name), to_message(info, resource))
+    return DeliveredObject(info, packed, placement_of(resource))
+
+
+class FleetProjection:
+    def __init__(self, cache: ResourceCache):
+        self.cache = cache
+        self.clusters: dict[str, dict[str, str]] = {}
+        self.objects: dict[ObjectKey, DeliveredObject] = {}
+        self.placed: dict[ObjectKey, frozenset[str]] = {}
+
+    def reset(self, objects: Iterable[StoredObject], clusters: Iterable[StoredObject]) -> None:
+        """Rebuild from a consistent snapshot of the store; every cluster's set is replaced at once."""
+        self.clusters = {c.name: dict(c.labels) for c in clusters}
+        self.objects = {}
+        for stored in objects:
+            if (delivered := self._deliver(stored)) is not None:
+                self.objects[(stored.kind, stored.project, stored.name)] = delivered
+        self.placed = {key: self._placement(obj) for key, obj in self.objects.items()}
+        for group in set(self.cache.groups()) | set(self.clusters):
+            self._publish_cluster(group)
+
+    def upsert_object(self, stored: StoredObject) -> None:
+        key = (stored.kind, stored.project, stored.name)
+        delivered = self._deliver(stored)
+        if delivered is None:
+            self.remove_object(key)
+            return
+        before = self.placed.get(key, frozenset())
+        after = self._placement(delivered)
+        self.objects[key] = delivered
+        self.placed[key] = after
+        type_url = delivered.info.type_url
+        for cluster in after:
+            self.cache.update(cluster, type_url, upserts=[delivered.resource])
+        for cluster in before - after:
+            self.cache.update(cluster, type_url, removals=[delivered.resource.name])
+
+    def remove_object(self, key: ObjectKey) -> None:
+        delivered = self.objects.pop(key, None)
+        placed = self.placed.pop(key, frozenset())
+        if delivered is None:
+            return
+        for cluster in placed:
+            self.cache.update(cluster, delivered.info.type_url, removals=[delivered.resource.name])
+
+    def upsert_cluster(self, name: str, labels: Mapping[str, str]) -> None:
+        if self.clusters.get(name) == dict(labels):
+            return
+        self.clusters[name] = dict(labels)
+        self._replace_cluster(name)
+
+    def remove_cluster(self, name: str) -> None:
+        if self.clusters.pop(name, None) is not None:
+            self._replace_cluster(name)
+
+    def cluster_resources(self, cluster: str) -> dict[str, dict[str, VersionedResource]]:
+        """What one cluster receives: type URL -> name -> resource."""
+        return {info.type_url: dict(self.cache.resources(cluster, info.type_url)) for info in REGISTRY.delivered()}
+
+    def _replace_cluster(self, name: str) -> None:
+        for key, obj in self.objects.items():
+            placed = set(self.placed.get(key, frozenset()))
+            if name in self.clusters and obj.placement.selects(name, self.clusters[name]):
+                placed.add(name)
+            else:
+                placed.discard(name)
+            self.placed[key] = frozenset(placed)
+        self._publish_cluster(name)
+
+    def _publish_cluster(self, cluster: str) -> None:
+        snapshot: dict[str, dict[str, VersionedResource]] = {info.type_url: {} for info in REGISTRY.delivered()}
+        for key, clusters in self.placed.items():
+            if cluster in clusters:
+                obj = self.objects[key]
+                snapshot[obj.info.type_url][obj.resource.name] = obj.resource
+        self.cache.set_snapshot(cluster, snapshot)
+
+    def _placement(self, obj: DeliveredObject) -> frozenset[str]:
+        return placed_clusters(obj.placement, self.clusters)
+
+    @staticmethod
+    def _deliver(stored: StoredObject) -> DeliveredObject | None:
+        info = REGISTRY.get(stored.kind)
+        if not info.delivered or stored.deleted:
+            return None
+        try:
+            return deliver(info, stored)
+        except ValueError as exc:
+            log.error("stored object no longer validates; not delivered", kind=stored.kind, error=str(exc))
+            return None

@@ -1,0 +1,80 @@
+"""Keeps the fleet projection equal to the store: load a snapshot, then tail the event log."""
+
+from __future__ import annotations
+
+import asyncio
+
+from meshplane.model.registry import REGISTRY
+from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import STORE_REVISION
+from meshplane.server.projection import FleetProjection, ObjectKey
+from meshplane.store.errors import Compacted, NotFound
+from meshplane.store.store import Store
+
+log = get_logger("meshplane.server.sync")
+
+_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered())]
+
+
+class ProjectionFeeder:
+    """Level-triggered: every batch of events names objects to re-read, never trusts event payloads."""
+
+    def __init__(self, store: Store, projection: FleetProjection, poll_interval: float = 1.0):
+        self.store = store
+        self.projection = projection
+        self.poll_interval = poll_interval
+        self.ready = asyncio.Event()
+        self.revision = 0
+
+    async def run(self) -> None:
+        while True:
+            await self._load()
+            try:
+                await self._tail()
+            except Compacted as exc:
+                log.warning("event log compacted past this server; resyncing from a snapshot", floor=exc.floor)
+
+    async def _load(self) -> None:
+        revision, objects = await self.store.snapshot(_WATCHED_KINDS)
+        clusters = [o for o in objects if o.kind == "Cluster"]
+        self.projection.reset([o for o in objects if o.kind != "Cluster"], clusters)
+        self._advance(revision)
+        self.ready.set()
+        log.info("projection loaded", revision=revision, objects=len(objects) - len(clusters), clusters=len(clusters))
+
+    async def _tail(self) -> None:
+        while True:
+            events = await self.store.events_since(self.revision)
+            if not events:
+                await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
+                continue
+            changed: dict[ObjectKey, None] = {}
+            for event in events:
+                if event.kind in _WATCHED_KINDS and event.op != "status":
+                    changed[(event.kind, event.project, event.name)] = None
+            await self._apply(list(changed))
+            self._advance(events[-1].revision)
+
+    async def _apply(self, keys: list[ObjectKey]) -> None:
+        """Re-read every changed object first, then update the projection without yielding, so one
+        batch of events reaches each stream as one push."""
+        current = []
+        for kind, project, name in keys:
+            try:
+                current.append(((kind, project, name), await self.store.get(kind, project, name)))
+            except NotFound:
+                current.append(((kind, project, name), None))
+        for (kind, project, name), stored in current:
+            if kind == "Cluster":
+                if stored is None:
+                    self.projection.remove_cluster(name)
+                else:
+                    self.projection.upsert_cluster(name, stored.labels)
+            elif stored is None:
+                self.projection.remove_object((kind, project, name))
+            else:
+                self.projection.upsert_object(stored)
+
+    def _advance(self, revision: int) -> None:
+        self.revision = revision
+        STORE_REVISION.set(revision)

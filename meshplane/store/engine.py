@@ -1,0 +1,66 @@
+"""Engines per backend, set up so that writers serialize and readers see one consistent snapshot.
+
+SQLite: WAL lets readers run beside the single writer; the driver's own BEGIN handling is switched off and
+write transactions start with BEGIN IMMEDIATE, so they take the write lock up front (waiting on busy_timeout
+for other processes) instead of failing half-way when a deferred transaction tries to upgrade its lock.
+PostgreSQL: writers serialize on the `meta` row lock; readers ask for REPEATABLE READ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+_WRITE = "meshplane_write"
+_BUSY_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class Engines:
+    """One pool, two ways in: `write` for transactions that change rows, `read` for snapshots."""
+
+    base: AsyncEngine
+    write: AsyncEngine
+    read: AsyncEngine
+
+    @property
+    def dialect(self) -> str:
+        return self.base.dialect.name
+
+
+def create_engines(url: str) -> Engines:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite(url, parsed.database)
+    if parsed.get_backend_name() == "postgresql":
+        base = create_async_engine(url)
+        return Engines(base, base, base.execution_options(isolation_level="REPEATABLE READ"))
+    raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}")
+
+
+def _sqlite(url: str, database: str | None) -> Engines:
+    if not database or database == ":memory:":
+        raise ValueError("the SQLite store needs a file path: WAL and cross-process locking need a file")
+    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    base = create_async_engine(url)
+
+    @event.listens_for(base.sync_engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(base.sync_engine, "begin")
+    def _begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get(_WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return Engines(base, base.execution_options(**{_WRITE: True}), base)

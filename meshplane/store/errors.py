@@ -1,0 +1,39 @@
+"""What the store refuses, as exceptions the API layer maps onto HTTP statuses."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every store refusal, so callers can catch them all at one boundary."""
+
+
+def _ref(kind: str, project: str, name: str) -> str:
+    return f"{kind} {project}/{name}" if project else f"{kind} {name}"
+
+
+class NotFound(StoreError):
+    def __init__(self, kind: str, project: str, name: str) -> None:
+        super().__init__(f"{_ref(kind, project, name)} not found")
+
+
+class AlreadyExists(StoreError):
+    def __init__(self, kind: str, project: str, name: str) -> None:
+        super().__init__(f"{_ref(kind, project, name)} already exists")
+
+
+class Conflict(StoreError):
+    """The caller's view is stale: it asked to change a revision that is no longer current."""
+
+    def __init__(self, kind: str, project: str, name: str, *, current: int, given: int) -> None:
+        super().__init__(f"{_ref(kind, project, name)} is at revision {current}, not {given}")
+        self.current = current
+        self.given = given
+
+
+class Compacted(StoreError):
+    """The events a consumer asked for are gone; it must take a fresh snapshot."""
+
+    def __init__(self, revision: int, floor: int) -> None:
+        super().__init__(f"events after revision {revision} were compacted; the oldest available follow {floor}")
+        self.revision = revision
+        self.floor = floor

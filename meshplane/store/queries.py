@@ -1,0 +1,99 @@
+"""The SQL the store runs, one statement per function; the store decides when and in which transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, insert, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from meshplane.store.records import Event, StoredObject
+from meshplane.store.schema import events, meta, objects
+
+_EVENT_COLUMNS = [events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context")]
+
+
+def _key(kind: str, project: str, name: str) -> Any:
+    return and_(objects.c.kind == kind, objects.c.project == project, objects.c.name == name)
+
+
+async def next_revision(conn: AsyncConnection) -> int:
+    """Allocate a revision; on PostgreSQL this takes the `meta` row lock that serializes writers until commit."""
+    statement = update(meta).where(meta.c.id == 1).values(revision=meta.c.revision + 1).returning(meta.c.revision)
+    return (await conn.execute(statement)).scalar_one()
+
+
+async def read_meta(conn: AsyncConnection, *, lock: bool = False) -> tuple[int, int]:
+    """(current revision, compaction floor); `lock` also serializes with writers, as next_revision does."""
+    statement = select(meta.c.revision, meta.c.compacted_revision).where(meta.c.id == 1)
+    row = (await conn.execute(statement.with_for_update() if lock else statement)).one()
+    return row.revision, row.compacted_revision
+
+
+async def set_floor(conn: AsyncConnection, floor: int) -> None:
+    await conn.execute(update(meta).where(meta.c.id == 1).values(compacted_revision=floor))
+
+
+async def load(conn: AsyncConnection, kind: str, project: str, name: str) -> StoredObject | None:
+    """The row, tombstone or not."""
+    row = (await conn.execute(select(objects).where(_key(kind, project, name)))).one_or_none()
+    return StoredObject(**row._mapping) if row is not None else None
+
+
+async def save(conn: AsyncConnection, obj: StoredObject, *, row_exists: bool) -> None:
+    values = asdict(obj)
+    if row_exists:
+        await conn.execute(update(objects).where(_key(obj.kind, obj.project, obj.name)).values(**values))
+    else:
+        await conn.execute(insert(objects).values(**values))
+
+
+async def append_event(
+    conn: AsyncConnection, obj: StoredObject, op: str, trace_context: dict[str, Any] | None, at: datetime
+) -> None:
+    await conn.execute(
+        insert(events).values(
+            revision=obj.revision,
+            op=op,
+            kind=obj.kind,
+            project=obj.project,
+            name=obj.name,
+            trace_context=trace_context,
+            created_at=at,
+        )
+    )
+
+
+async def live_objects(
+    conn: AsyncConnection,
+    kinds: Iterable[str],
+    *,
+    project: str | None = None,
+    after: tuple[str, str] | None = None,
+    limit: int | None = None,
+) -> list[StoredObject]:
+    """Live objects ordered by (kind, project, name), strictly after `after` (a (project, name) pair)."""
+    statement = select(objects).where(objects.c.kind.in_(list(kinds)), objects.c.deleted.is_(False))
+    if project is not None:
+        statement = statement.where(objects.c.project == project)
+    if after is not None:
+        statement = statement.where(tuple_(objects.c.project, objects.c.name) > tuple_(*after))
+    statement = statement.order_by(objects.c.kind, objects.c.project, objects.c.name).limit(limit)
+    return [StoredObject(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def events_after(conn: AsyncConnection, revision: int, limit: int) -> list[Event]:
+    statement = select(*_EVENT_COLUMNS).where(events.c.revision > revision).order_by(events.c.revision).limit(limit)
+    return [Event(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def purge(conn: AsyncConnection, up_to: int) -> int:
+    """Drop events and tombstones at or below `up_to`; the number of rows removed."""
+    removed_events = await conn.execute(delete(events).where(events.c.revision <= up_to))
+    removed_tombstones = await conn.execute(
+        delete(objects).where(objects.c.deleted.is_(True), objects.c.revision <= up_to)
+    )
+    return removed_events.rowcount + removed_tombstones.rowcount

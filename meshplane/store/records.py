@@ -1,0 +1,35 @@
+"""What the store hands out: plain immutable records, free of ORM and pydantic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    kind: str
+    project: str
+    name: str
+    uid: str
+    revision: int
+    generation: int
+    origin: str | None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    spec: dict[str, Any]
+    status: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    revision: int
+    op: str
+    kind: str
+    project: str
+    name: str
+    trace_context: dict[str, Any] | None

@@ -1,0 +1,312 @@
+"""The store: objects and their event log, written so that revisions commit in order.
+
+Every write allocates the next global revision first, holding the database's single writer slot (the `meta`
+row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite) until it commits the object row and its event together.
+Revisions therefore become visible in order, and a consumer tailing `events` by revision never skips one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+from uuid import uuid4
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from meshplane.store import migrate, queries
+from meshplane.store.engine import Engines, create_engines
+from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
+from meshplane.store.records import Event, StoredObject
+
+_LIST_BATCH = 500
+_POLL_INTERVAL = 0.5
+
+
+def _plain(value: dict[str, Any]) -> dict[str, Any]:
+    """The value as it will read back from a JSON column, so that "unchanged" compares like with like."""
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+@dataclass(slots=True)
+class _Write:
+    """One write transaction: its connection, the revision it allocated, and whether it changed anything."""
+
+    conn: AsyncConnection
+    revision: int
+    now: datetime
+    changed: bool = False
+
+    async def record(
+        self, obj: StoredObject, op: str, trace_context: dict[str, Any] | None, *, row_exists: bool
+    ) -> StoredObject:
+        await queries.save(self.conn, obj, row_exists=row_exists)
+        await queries.append_event(self.conn, obj, op, trace_context, self.now)
+        self.changed = True
+        return obj
+
+    def born(
+        self, kind: str, project: str, name: str, spec: dict, labels: dict, annotations: dict, origin: str | None
+    ) -> StoredObject:
+        return StoredObject(
+            kind=kind,
+            project=project,
+            name=name,
+            uid=str(uuid4()),
+            revision=self.revision,
+            generation=1,
+            origin=origin,
+            labels=labels,
+            annotations=annotations,
+            spec=spec,
+            status={},
+            created_at=self.now,
+            updated_at=self.now,
+            deleted=False,
+        )
+
+    def changed_from(self, obj: StoredObject, **fields: Any) -> StoredObject:
+        return replace(obj, revision=self.revision, updated_at=self.now, **fields)
+
+
+class Store:
+    """Objects as JSON documents keyed by (kind, project, name), with a gap-free event log of their changes."""
+
+    def __init__(self, engines: Engines) -> None:
+        self._engines = engines
+        # In-process writers queue here rather than in SQLite's busy handler, which sleeps in coarse steps.
+        self._write_lock: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if engines.dialect == "sqlite" else contextlib.nullcontext()
+        )
+        self._written = asyncio.Event()
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """Connect and bring the schema to head; a SQLite file's directory is created if missing."""
+        engines = create_engines(url)
+        try:
+            await migrate.upgrade(engines)
+        except BaseException:
+            await engines.base.dispose()
+            raise
+        return cls(engines)
+
+    async def close(self) -> None:
+        await self._engines.base.dispose()
+
+    @property
+    def dialect(self) -> str:
+        return self._engines.dialect
+
+    # -- writes --------------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        kind: str,
+        project: str,
+        name: str,
+        *,
+        spec: dict,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        origin: str | None = None,
+        trace_context: dict | None = None,
+    ) -> StoredObject:
+        """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1)."""
+        spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
+        async with self._writing() as write:
+            current = await queries.load(write.conn, kind, project, name)
+            if current is not None and not current.deleted:
+                raise AlreadyExists(kind, project, name)
+            obj = write.born(kind, project, name, spec, labels, annotations, origin)
+            return await write.record(obj, "create", trace_context, row_exists=current is not None)
+
+    async def put(
+        self,
+        kind: str,
+        project: str,
+        name: str,
+        *,
+        spec: dict,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+        origin: str | None = None,
+        expected_revision: int | None = None,
+        trace_context: dict | None = None,
+    ) -> tuple[StoredObject, bool]:
+        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event."""
+        spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
+        async with self._writing() as write:
+            current = await queries.load(write.conn, kind, project, name)
+            if current is None or current.deleted:
+                if expected_revision is not None:
+                    raise NotFound(kind, project, name)
+                obj = write.born(kind, project, name, spec, labels, annotations, origin)
+                return await write.record(obj, "create", trace_context, row_exists=current is not None), True
+            _check_expected(current, expected_revision)
+            unchanged = (spec, labels, annotations, origin) == (
+                current.spec,
+                current.labels,
+                current.annotations,
+                current.origin,
+            )
+            if unchanged:
+                return current, False
+            obj = write.changed_from(
+                current,
+                spec=spec,
+                labels=labels,
+                annotations=annotations,
+                origin=origin,
+                generation=current.generation + (spec != current.spec),
+            )
+            return await write.record(obj, "update", trace_context, row_exists=True), False
+
+    async def delete(
+        self,
+        kind: str,
+        project: str,
+        name: str,
+        *,
+        expected_revision: int | None = None,
+        trace_context: dict | None = None,
+    ) -> StoredObject:
+        """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it."""
+        async with self._writing() as write:
+            current = await _live(write.conn, kind, project, name)
+            _check_expected(current, expected_revision)
+            obj = write.changed_from(current, deleted=True)
+            return await write.record(obj, "delete", trace_context, row_exists=True)
+
+    async def set_status(self, kind: str, project: str, name: str, status: dict) -> StoredObject:
+        """Replace the status under its own event op, so consumers of spec can skip status-only changes."""
+        status = _plain(status)
+        async with self._writing() as write:
+            current = await _live(write.conn, kind, project, name)
+            if status == current.status:
+                return current
+            obj = write.changed_from(current, status=status)
+            return await write.record(obj, "status", None, row_exists=True)
+
+    async def compact(self, keep_after: int) -> int:
+        """Forget events and tombstones at or below `keep_after` (capped at the current revision)."""
+        async with self._exclusive() as conn:
+            revision, floor = await queries.read_meta(conn, lock=True)
+            floor = max(floor, min(keep_after, revision))
+            removed = await queries.purge(conn, floor)
+            await queries.set_floor(conn, floor)
+            await conn.commit()
+        return removed
+
+    # -- reads ---------------------------------------------------------------------------------------------
+
+    async def get(self, kind: str, project: str, name: str) -> StoredObject:
+        async with self._reading() as conn:
+            return await _live(conn, kind, project, name)
+
+    async def list(
+        self,
+        kind: str,
+        project: str | None = None,
+        *,
+        where: Callable[[StoredObject], bool] | None = None,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> tuple[builtins.list[StoredObject], int]:
+        """Live objects by (project, name) after `after`, filtered by `where`, at most `limit`; and the revision.
+
+        Rows are fetched in batches inside one read transaction, so a selective `where` still fills `limit`
+        and the revision returned is the one the items are consistent at.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        items: builtins.list[StoredObject] = []
+        async with self._reading() as conn:
+            revision, _ = await queries.read_meta(conn)
+            while limit is None or len(items) < limit:
+                size = _LIST_BATCH if where is not None or limit is None else limit - len(items)
+                batch = await queries.live_objects(conn, [kind], project=project, after=after, limit=size)
+                items.extend(obj for obj in batch if where is None or where(obj))
+                if len(batch) < size:
+                    break
+                after = (batch[-1].project, batch[-1].name)
+        return items[:limit], revision
+
+    async def snapshot(self, kinds: Iterable[str]) -> tuple[int, builtins.list[StoredObject]]:
+        """Every live object of `kinds` and the revision they are consistent at; tail events after it."""
+        async with self._reading() as conn:
+            revision, _ = await queries.read_meta(conn)
+            return revision, await queries.live_objects(conn, kinds)
+
+    async def events_since(self, revision: int, limit: int = 1000) -> builtins.list[Event]:
+        """Events after `revision`, oldest first; Compacted when some of them are already gone."""
+        async with self._reading() as conn:
+            _, floor = await queries.read_meta(conn)
+            if revision < floor:
+                raise Compacted(revision, floor)
+            return await queries.events_after(conn, revision, limit)
+
+    async def current_revision(self) -> int:
+        async with self._reading() as conn:
+            revision, _ = await queries.read_meta(conn)
+            return revision
+
+    async def wait_for_revision(self, after: int, timeout: float) -> int:  # noqa: ASYNC109 - the API's contract
+        """The current revision once it passes `after`, or whatever it is when `timeout` runs out.
+
+        This instance's writes wake the wait at once; polling catches writes made by other processes.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            written = self._written
+            revision = await self.current_revision()
+            remaining = deadline - loop.time()
+            if revision > after or remaining <= 0:
+                return revision
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(written.wait(), min(_POLL_INTERVAL, remaining))
+
+    # -- transactions --------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction, left uncommitted unless the caller commits."""
+        async with self._write_lock, self._engines.write.connect() as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[_Write]:
+        """A write holding the next revision; committed only if it recorded a change, else rolled back."""
+        async with self._exclusive() as conn:
+            revision = await queries.next_revision(conn)
+            write = _Write(conn, revision, datetime.now(UTC))
+            yield write
+            if write.changed:
+                await conn.commit()
+        if write.changed:
+            self._written.set()
+            self._written = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncConnection]:
+        """A read transaction: one consistent snapshot for every statement in it."""
+        async with self._engines.read.connect() as conn:
+            yield conn
+
+
+async def _live(conn: AsyncConnection, kind: str, project: str, name: str) -> StoredObject:
+    obj = await queries.load(conn, kind, project, name)
+    if obj is None or obj.deleted:
+        raise NotFound(kind, project, name)
+    return obj
+
+
+def _check_expected(obj: StoredObject, expected_revision: int | None) -> None:
+    if expected_revision is not None and expected_revision != obj.revision:
+        raise Conflict(obj.kind, obj.project, obj.name, current=obj.revision, given=expected_revision)

@@ -1,0 +1,187 @@
+"""What each node group should hold, per type URL; streams only read it and wait on it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+from meshplane.xds.resource import VersionedResource
+
+_EMPTY: Mapping[str, VersionedResource] = MappingProxyType({})
+# Removed names are remembered so streams can diff in O(changed); past this many beyond the live
+# set they are forgotten, and streams that fell behind the forgetting fall back to a full diff.
+_TOMBSTONE_SLACK = 1024
+
+
+def _type_version(resources: Mapping[str, VersionedResource]) -> str:
+    """SotW version of a whole type: a hash over its sorted name:version pairs."""
+    digest = hashlib.sha256()
+    for name in sorted(resources):
+        digest.update(f"{name}:{resources[name].version}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+class _TypeState:
+    """One type of one group, with a change log ordered by generation."""
+
+    __slots__ = ("floor", "log", "resources", "version")
+
+    def __init__(self, generation: int) -> None:
+        # Replaced on change, never mutated: streams keep references to what they sent.
+        self.resources: dict[str, VersionedResource] = {}
+        self.version = _type_version(self.resources)
+        self.log: dict[str, int] = {}
+        # Changes at or before this generation may be missing from the log.
+        self.floor = generation
+
+    def replace(self, resources: dict[str, VersionedResource], changed: Iterable[str], generation: int) -> None:
+        self.resources = resources
+        self.version = _type_version(resources)
+        for name in changed:
+            self.log.pop(name, None)
+            self.log[name] = generation
+        if len(self.log) > 2 * len(resources) + _TOMBSTONE_SLACK:
+            forgotten = [name for name in self.log if name not in resources]
+            self.floor = self.log[forgotten[-1]]
+            for name in forgotten:
+                del self.log[name]
+
+    def changed_since(self, generation: int) -> list[str] | None:
+        if generation < self.floor:
+            return None
+        names = []
+        for name, changed_at in reversed(self.log.items()):
+            if changed_at <= generation:
+                break
+            names.append(name)
+        return names
+
+
+def _changed_names(old: Mapping[str, VersionedResource], new: Mapping[str, VersionedResource]) -> list[str]:
+    changed = [name for name, res in new.items() if (was := old.get(name)) is None or was.version != res.version]
+    changed.extend(name for name in old if name not in new)
+    return changed
+
+
+class _Group:
+    __slots__ = ("generation", "types")
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.types: dict[str, _TypeState] = {}
+
+
+class ResourceCache:
+    """Resources per node group and per type URL; wakes streams on change.
+
+    Generations come from one cache-wide clock, so a group that is dropped and filled again
+    still moves forward for streams that saw it before. A type a group never had reads as
+    unknown (``version`` is None): servers send nothing for it rather than an empty set.
+    Must be used from the event loop thread.
+    """
+
+    def __init__(self) -> None:
+        self._clock = 0
+        self._groups: dict[str, _Group] = {}
+        self._events: dict[str, asyncio.Event] = {}
+
+    def set_type(self, group: str, type_url: str, resources: Mapping[str, VersionedResource]) -> None:
+        """Replace one type's whole set (keyed by resource name)."""
+        new = dict(resources)
+        self._commit(group, {type_url: (new, _changed_names(self.resources(group, type_url), new))})
+
+    def update(
+        self,
+        group: str,
+        type_url: str,
+        upserts: Iterable[VersionedResource] = (),
+        removals: Iterable[str] = (),
+    ) -> None:
+        """Add or replace some resources of one type and remove others (removals win)."""
+        old = self.resources(group, type_url)
+        gone = set(removals)
+        fresh = {res.name: res for res in upserts if res.name not in gone}
+        changed = [name for name, res in fresh.items() if (was := old.get(name)) is None or was.version != res.version]
+        changed.extend(name for name in gone if name in old)
+        if not changed and self.version(group, type_url) is not None:
+            return
+        new = dict(old)
+        for name in changed:
+            if name in gone:
+                del new[name]
+            else:
+                new[name] = fresh[name]
+        self._commit(group, {type_url: (new, changed)})
+
+    def set_snapshot(self, group: str, snapshot: Mapping[str, Mapping[str, VersionedResource]]) -> None:
+        """Replace all types of a group at once: one generation, one wake-up.
+
+        A type the group had but ``snapshot`` lacks becomes empty.
+        """
+        known = self._groups[group].types if group in self._groups else {}
+        changes = {}
+        for url in {*snapshot, *known}:
+            new = dict(snapshot.get(url, _EMPTY))
+            changes[url] = (new, _changed_names(self.resources(group, url), new))
+        self._commit(group, changes)
+
+    def resources(self, group: str, type_url: str) -> Mapping[str, VersionedResource]:
+        state = self._state(group, type_url)
+        return MappingProxyType(state.resources) if state is not None else _EMPTY
+
+    def version(self, group: str, type_url: str) -> str | None:
+        """SotW version of the type's whole set, or None while the group has never had the type."""
+        state = self._state(group, type_url)
+        return state.version if state is not None else None
+
+    def changed_since(self, group: str, type_url: str, generation: int) -> list[str] | None:
+        """Names upserted or removed after ``generation``; None when only a full diff can tell."""
+        state = self._state(group, type_url)
+        return state.changed_since(generation) if state is not None else None
+
+    def generation(self, group: str) -> int:
+        found = self._groups.get(group)
+        return found.generation if found is not None else 0
+
+    async def wait_for_change(self, group: str, seen_generation: int) -> int:
+        while (generation := self.generation(group)) <= seen_generation:
+            event = self._events.get(group)
+            if event is None:
+                event = self._events[group] = asyncio.Event()
+            await event.wait()
+        return generation
+
+    def drop_group(self, group: str) -> None:
+        """Forget a group. Its streams keep what they hold until the group is filled again."""
+        self._groups.pop(group, None)
+        self._wake(group)
+
+    def _state(self, group: str, type_url: str) -> _TypeState | None:
+        found = self._groups.get(group)
+        return found.types.get(type_url) if found is not None else None
+
+    def _commit(self, group: str, changes: Mapping[str, tuple[dict[str, VersionedResource], list[str]]]) -> None:
+        """Store new per-type sets; a new type or any changed name bumps the generation once."""
+        found = self._groups.get(group)
+        types = found.types if found is not None else {}
+        if all(url in types and not changed for url, (_, changed) in changes.items()):
+            return
+        if found is None:
+            found = self._groups[group] = _Group()
+        self._clock += 1
+        found.generation = self._clock
+        for url, (new, changed) in changes.items():
+            state = found.types.get(url)
+            if state is None:
+                state = found.types[url] = _TypeState(self._clock)
+            elif not changed:
+                continue
+            state.replace(new, changed, self._clock)
+        self._wake(group)
+
+    def _wake(self, group: str) -> None:
+        event = self._events.pop(group, None)
+        if event is not None:
+            event.set()

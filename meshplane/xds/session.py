@@ -1,0 +1,71 @@
+"""What both ADS variants keep per stream: who is on it, type order, nonces, and callback plumbing."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Generic, TypeVar
+
+from envoy.config.core.v3.base_pb2 import Node
+
+from meshplane.xds.cache import ResourceCache
+from meshplane.xds.callbacks import StreamCallbacks
+
+log = logging.getLogger(__name__)
+
+Request = TypeVar("Request")
+TypeRank = Callable[[str], tuple[int, str]]
+
+
+class Session(ABC, Generic[Request]):
+    """Protocol state of one stream; the server feeds it requests and cache generations."""
+
+    def __init__(
+        self, cache: ResourceCache, group: str, node: Node, callbacks: StreamCallbacks, rank: TypeRank
+    ) -> None:
+        self.cache = cache
+        self.group = group
+        self.node = node
+        self.callbacks = callbacks
+        self._rank = rank
+        self._type_urls: list[str] = []
+        self._nonces = 0
+
+    @abstractmethod
+    async def receive(self, request: Request) -> None:
+        """Take one client request: settle its ACK/NACK and apply its subscription changes."""
+
+    @abstractmethod
+    def respond(self, generation: int) -> list[bytes]:
+        """Encoded responses the client needs at ``generation``, in type order.
+
+        Computed in one go, without awaiting, so all of them reflect one state of the cache.
+        """
+
+    @property
+    def type_urls(self) -> list[str]:
+        """Subscribed type URLs in send order."""
+        return self._type_urls
+
+    def track(self, type_url: str) -> None:
+        bisect.insort(self._type_urls, type_url, key=self._rank)
+
+    def next_nonce(self) -> str:
+        self._nonces += 1
+        return str(self._nonces)
+
+    async def acked(self, type_url: str, versions: Mapping[str, str]) -> None:
+        await self._notify(self.callbacks.on_ack(self.group, self.node, type_url, versions))
+
+    async def nacked(self, type_url: str, versions: Mapping[str, str], message: str) -> None:
+        log.warning("%s (group %s) rejected %s: %s", self.node.id, self.group, type_url, message)
+        await self._notify(self.callbacks.on_nack(self.group, self.node, type_url, versions, message))
+
+    async def _notify(self, hook: Awaitable[None]) -> None:
+        """A failing hook is logged, not allowed to break the stream it observes."""
+        try:
+            await hook
+        except Exception:
+            log.exception("xDS stream callback failed for %s", self.node.id)
