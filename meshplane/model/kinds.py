@@ -127,6 +127,8 @@ class APISpec(WireModel):
     def _consistent(self) -> APISpec:
         if sum(b.weight for b in self.backends) == 0:
             raise ValueError("backends: at least one backend needs a weight above 0")
+        if len({b.base_path for b in self.backends}) > 1:
+            raise ValueError("backends: every backend of an API takes requests under the same basePath")
         seen: set[tuple[str, str]] = set()
         for op in self.operations:
             key = (op.method.value, op.path)

@@ -1,6 +1,6 @@
 """North REST API: routes for every kind of the registry, generated from it."""
+# No `from __future__ import annotations`: FastAPI must resolve the per-kind aliases defined in closures.
 
-from __future__ import annotations
 
 from typing import Annotated, Any
 

@@ -89,7 +89,10 @@ async def run_server(
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     feeder_task = asyncio.create_task(feeder.run(), name="projection-feeder")
-    await feeder.ready.wait()
+    await asyncio.wait([asyncio.create_task(feeder.ready.wait()), feeder_task], return_when=asyncio.FIRST_COMPLETED)
+    if feeder_task.done():
+        await store.close()
+        feeder_task.result()
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="north-api")
     log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)

@@ -55,7 +55,6 @@ def _sqlite(url: str, database: str | None) -> Engines:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(base.sync_engine, "begin")

@@ -26,19 +26,34 @@ def _type_version(resources: Mapping[str, VersionedResource]) -> str:
 class _TypeState:
     """One type of one group, with a change log ordered by generation."""
 
-    __slots__ = ("floor", "log", "resources", "version")
+    __slots__ = ("_sotw_entries", "_version", "floor", "log", "resources")
 
     def __init__(self, generation: int) -> None:
         # Replaced on change, never mutated: streams keep references to what they sent.
         self.resources: dict[str, VersionedResource] = {}
-        self.version = _type_version(self.resources)
+        self._version: str | None = None
+        self._sotw_entries: bytes | None = None
         self.log: dict[str, int] = {}
         # Changes at or before this generation may be missing from the log.
         self.floor = generation
 
+    @property
+    def version(self) -> str:
+        """Hashed on first use after a change: only SotW streams need it."""
+        if self._version is None:
+            self._version = _type_version(self.resources)
+        return self._version
+
+    @property
+    def sotw_entries(self) -> bytes:
+        """Every resource as encoded SotW response entries, joined on first use after a change."""
+        if self._sotw_entries is None:
+            self._sotw_entries = b"".join(res.sotw_entry() for res in self.resources.values())
+        return self._sotw_entries
+
     def replace(self, resources: dict[str, VersionedResource], changed: Iterable[str], generation: int) -> None:
         self.resources = resources
-        self.version = _type_version(resources)
+        self._version = self._sotw_entries = None
         for name in changed:
             self.log.pop(name, None)
             self.log[name] = generation
@@ -105,7 +120,7 @@ class ResourceCache:
         fresh = {res.name: res for res in upserts if res.name not in gone}
         changed = [name for name, res in fresh.items() if (was := old.get(name)) is None or was.version != res.version]
         changed.extend(name for name in gone if name in old)
-        if not changed and self.version(group, type_url) is not None:
+        if not changed and self.knows(group, type_url):
             return
         new = dict(old)
         for name in changed:
@@ -128,18 +143,32 @@ class ResourceCache:
         self._commit(group, changes)
 
     def resources(self, group: str, type_url: str) -> Mapping[str, VersionedResource]:
+        """A read-only snapshot: later changes replace it rather than alter it."""
         state = self._state(group, type_url)
         return MappingProxyType(state.resources) if state is not None else _EMPTY
+
+    def knows(self, group: str, type_url: str) -> bool:
+        """Whether the group has had the type at all (possibly empty now)."""
+        return self._state(group, type_url) is not None
 
     def version(self, group: str, type_url: str) -> str | None:
         """SotW version of the type's whole set, or None while the group has never had the type."""
         state = self._state(group, type_url)
         return state.version if state is not None else None
 
+    def sotw_entries(self, group: str, type_url: str) -> bytes:
+        """The type's whole set as encoded ``DiscoveryResponse.resources`` entries, shared by all streams."""
+        state = self._state(group, type_url)
+        return state.sotw_entries if state is not None else b""
+
     def changed_since(self, group: str, type_url: str, generation: int) -> list[str] | None:
         """Names upserted or removed after ``generation``; None when only a full diff can tell."""
         state = self._state(group, type_url)
         return state.changed_since(generation) if state is not None else None
+
+    def groups(self) -> list[str]:
+        """The groups that hold resources now."""
+        return list(self._groups)
 
     def generation(self, group: str) -> int:
         found = self._groups.get(group)

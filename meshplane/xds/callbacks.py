@@ -19,9 +19,7 @@ class StreamCallbacks(Protocol):
         """``versions``: name -> version the node now holds of that type (a read-only view; copy to keep)."""
         ...
 
-    async def on_nack(
-        self, group: str, node: Node, type_url: str, versions: Mapping[str, str], message: str
-    ) -> None:
+    async def on_nack(self, group: str, node: Node, type_url: str, versions: Mapping[str, str], message: str) -> None:
         """``versions``: the name -> version the node rejected; ``message`` is its error detail."""
         ...
 
@@ -38,7 +36,5 @@ class NoCallbacks:
     async def on_ack(self, group: str, node: Node, type_url: str, versions: Mapping[str, str]) -> None:
         return None
 
-    async def on_nack(
-        self, group: str, node: Node, type_url: str, versions: Mapping[str, str], message: str
-    ) -> None:
+    async def on_nack(self, group: str, node: Node, type_url: str, versions: Mapping[str, str], message: str) -> None:
         return None

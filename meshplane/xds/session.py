@@ -16,10 +16,11 @@ from meshplane.xds.callbacks import StreamCallbacks
 log = logging.getLogger(__name__)
 
 Request = TypeVar("Request")
+State = TypeVar("State")
 TypeRank = Callable[[str], tuple[int, str]]
 
 
-class Session(ABC, Generic[Request]):
+class Session(ABC, Generic[Request, State]):
     """Protocol state of one stream; the server feeds it requests and cache generations."""
 
     def __init__(
@@ -29,6 +30,7 @@ class Session(ABC, Generic[Request]):
         self.group = group
         self.node = node
         self.callbacks = callbacks
+        self.types: dict[str, State] = {}
         self._rank = rank
         self._type_urls: list[str] = []
         self._nonces = 0
@@ -49,7 +51,9 @@ class Session(ABC, Generic[Request]):
         """Subscribed type URLs in send order."""
         return self._type_urls
 
-    def track(self, type_url: str) -> None:
+    def track(self, type_url: str, state: State) -> None:
+        """Start keeping ``state`` for a newly requested type."""
+        self.types[type_url] = state
         bisect.insort(self._type_urls, type_url, key=self._rank)
 
     def next_nonce(self) -> str:
@@ -62,6 +66,9 @@ class Session(ABC, Generic[Request]):
     async def nacked(self, type_url: str, versions: Mapping[str, str], message: str) -> None:
         log.warning("%s (group %s) rejected %s: %s", self.node.id, self.group, type_url, message)
         await self._notify(self.callbacks.on_nack(self.group, self.node, type_url, versions, message))
+
+    async def closed(self) -> None:
+        await self._notify(self.callbacks.on_stream_close(self.node, self.group))
 
     async def _notify(self, hook: Awaitable[None]) -> None:
         """A failing hook is logged, not allowed to break the stream it observes."""

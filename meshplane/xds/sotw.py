@@ -31,64 +31,65 @@ class _Versions(Mapping[str, str]):
 class _TypeStream:
     """One type on one SotW stream. ``names`` None means wildcard."""
 
-    __slots__ = ("explicit", "names", "nonce", "sent", "sent_names", "sent_version")
+    __slots__ = ("explicit", "names", "nonce", "sent", "sent_names", "sent_version", "settled")
 
     def __init__(self) -> None:
         self.explicit = False  # once names were requested, an empty list means "none", not wildcard
         self.names: frozenset[str] | None = None
         self.nonce = ""
+        self.settled = True  # the client has ACKed or NACKed the latest response already
         self.sent: Mapping[str, str] = {}
         self.sent_names: frozenset[str] | None = None
         # A NACKed version stays here too, so it is not sent again until the cache moves on.
         self.sent_version: str | None = None
 
 
-class SotwSession(Session[discovery_pb2.DiscoveryRequest]):
+class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
     """One StreamAggregatedResources stream."""
-
-    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
-        super().__init__(*args, **kwargs)
-        self._types: dict[str, _TypeStream] = {}
 
     async def receive(self, request: discovery_pb2.DiscoveryRequest) -> None:
         url = request.type_url
-        stream = self._types.get(url)
+        stream = self.types.get(url)
+        first = stream is None
         if stream is None:
-            stream = self._types[url] = _TypeStream()
-            self.track(url)
-            if request.version_info and not request.resource_names:
-                # Reconnecting with a wildcard: content-hashed versions tell whether it is current.
-                stream.sent_version = request.version_info
+            stream = _TypeStream()
+            self.track(url, stream)
         elif request.response_nonce:
             if request.response_nonce != stream.nonce:
-                return  # stale: a newer response is on its way and will be answered instead
-            if request.HasField("error_detail"):
-                await self.nacked(url, stream.sent, request.error_detail.message)
-            else:
-                await self.acked(url, stream.sent)
+                return  # stale: a newer response is on its way and its ACK will speak for the client
+            if not stream.settled:  # later requests may repeat the nonce just to change names
+                stream.settled = True
+                if request.HasField("error_detail"):
+                    await self.nacked(url, stream.sent, request.error_detail.message)
+                else:
+                    await self.acked(url, stream.sent)
         names = frozenset(request.resource_names)
         stream.explicit = stream.explicit or bool(names)
         stream.names = None if "*" in names or not stream.explicit else names
+        if first and stream.names is None and request.version_info:
+            # A reconnecting wildcard client: versions are content hashes, so equal means current.
+            stream.sent_version = request.version_info
 
     def respond(self, generation: int) -> list[bytes]:
         responses = []
         for url in self.type_urls:
-            stream = self._types[url]
+            stream = self.types[url]
             version = self.cache.version(self.group, url)
             if version is None or (version == stream.sent_version and stream.names == stream.sent_names):
                 continue
             resources = self.cache.resources(self.group, url)
-            chosen: Iterator[VersionedResource] | list[VersionedResource]
+            sent: Mapping[str, str]
             if stream.names is None:
-                chosen, sent = iter(resources.values()), _Versions(resources)
+                entries, sent = self.cache.sotw_entries(self.group, url), _Versions(resources)
             else:
                 chosen = [res for name in stream.names if (res := resources.get(name)) is not None]
                 sent = {res.name: res.version for res in chosen}
                 if stream.names == stream.sent_names and sent == stream.sent:
                     stream.sent_version = version  # other resources of the type changed, not these
                     continue
-            stream.nonce = self.next_nonce()
+                entries = b"".join(res.sotw_entry() for res in chosen)
+            stream.nonce, stream.settled = self.next_nonce(), False
             stream.sent, stream.sent_names, stream.sent_version = sent, stream.names, version
             header = discovery_pb2.DiscoveryResponse(version_info=version, type_url=url, nonce=stream.nonce)
-            responses.append(header.SerializeToString() + b"".join(res.sotw_entry() for res in chosen))
+            responses.append(header.SerializeToString() + entries)
         return responses

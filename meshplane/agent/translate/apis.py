@@ -1,0 +1,33 @@
+"""The translator's view of one API resource: its identity, its spec and the names derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplane.model.kinds import APISpec, Backend
+from meshplane.model.resource import Resource
+
+
+@dataclass(frozen=True)
+class Api:
+    project: str
+    name: str
+    spec: APISpec
+
+    @classmethod
+    def of(cls, resource: Resource) -> Api:
+        if not isinstance(resource.spec, APISpec):
+            raise TypeError(f"expected an API resource, got {resource.kind} {resource.metadata.name!r}")
+        return cls(resource.metadata.project or "", resource.metadata.name, resource.spec)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.project, self.name)
+
+    def cluster_name(self, index: int) -> str:
+        """Project and name are DNS labels (no dots), so this never collides across projects."""
+        return f"api.{self.project}.{self.name}.{index}"
+
+    def serving(self) -> list[tuple[int, Backend]]:
+        """The backends that receive traffic (weight above 0), with their index in the spec."""
+        return [(index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0]

@@ -1,0 +1,37 @@
+"""The gateway's one listener: an HTTP connection manager whose routes arrive over ADS (RDS)."""
+
+from __future__ import annotations
+
+from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from google.protobuf import wrappers_pb2
+
+from meshplane.agent.translate.common import ads_source, packed, socket_address
+from meshplane.agent.translate.config import GatewaySettings
+
+HCM_FILTER = "envoy.filters.network.http_connection_manager"
+ROUTER_FILTER = "envoy.filters.http.router"
+
+
+def gateway_listener(settings: GatewaySettings) -> listener_pb2.Listener:
+    """Paths are normalized and slashes merged before matching, so `/orders/../admin` or `//admin` cannot
+    reach a route meant for something else; the port in Host is ignored when picking a virtual host."""
+    manager = hcm_pb2.HttpConnectionManager(
+        stat_prefix=settings.listener_name,
+        codec_type=hcm_pb2.HttpConnectionManager.AUTO,
+        rds=hcm_pb2.Rds(config_source=ads_source(), route_config_name=settings.route_config_name),
+        http_filters=[hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=packed(router_pb2.Router()))],
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
+        strip_any_host_port=True,
+    )
+    return listener_pb2.Listener(
+        name=settings.listener_name,
+        address=socket_address(settings.listener_address, settings.listener_port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=packed(manager))]
+            )
+        ],
+    )

@@ -1,0 +1,105 @@
+"""The gateway's route table: virtual hosts by hostname, routes most specific first.
+
+An API without operations gets one catch-all route for everything under its basePath. An API with
+operations gets one route per operation (path pattern plus `:method`) and nothing else, so undeclared
+paths and methods find no route and Envoy answers 404.
+
+Route order, first match wins: longer basePath first; within one basePath, literal segments before
+parameters before a final `*`, and operations before the catch-all; ties broken by path, method and
+then API project/name, so the table never depends on input order. Hostnames only decide which APIs
+a virtual host carries, not the order within it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.type.matcher.v3 import string_pb2
+from google.protobuf import wrappers_pb2
+
+from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.common import duration
+from meshplane.agent.translate.hosts import group_domains
+from meshplane.agent.translate.paths import (
+    PathPattern,
+    base_pattern,
+    base_rewrite,
+    catch_all,
+    operation_pattern,
+    route_match,
+)
+from meshplane.model.kinds import Operation
+
+_SortKey = tuple[object, ...]
+
+
+def route_configuration(name: str, apis: Sequence[Api]) -> route_pb2.RouteConfiguration:
+    """One virtual host per group of domains served by the same APIs; no APIs, no virtual hosts (all 404)."""
+    routes = {api.key: _api_routes(api) for api in apis}
+    virtual_hosts = []
+    for domains, keys in group_domains({api.key: api.spec.hostnames for api in apis}):
+        ordered = sorted((entry for key in keys for entry in routes[key]), key=lambda entry: entry[0])
+        virtual_hosts.append(
+            route_components_pb2.VirtualHost(name=domains[0], domains=domains, routes=[r for _, r in ordered])
+        )
+    return route_pb2.RouteConfiguration(name=name, virtual_hosts=virtual_hosts)
+
+
+def _api_routes(api: Api) -> list[tuple[_SortKey, route_components_pb2.Route]]:
+    base = base_pattern(api.spec.base_path)
+    action = _action(api, base)
+    if not api.spec.operations:
+        return [_route(api, base, catch_all(base), None, action)]
+    return [_route(api, base, operation_pattern(base, op.path), op, action) for op in api.spec.operations]
+
+
+def _route(
+    api: Api, base: PathPattern, pattern: PathPattern, op: Operation | None, action: route_components_pb2.RouteAction
+) -> tuple[_SortKey, route_components_pb2.Route]:
+    match = route_match(pattern)
+    if op is not None:
+        method = string_pb2.StringMatcher(exact=op.method.value)
+        match.headers.append(route_components_pb2.HeaderMatcher(name=":method", string_match=method))
+    what = f"{op.method.value} {op.path}" if op else "*"
+    key = (
+        -len(base.segments),
+        base.specificity(),
+        api.spec.base_path,
+        pattern.specificity(),
+        op is None,
+        op.path if op else "",
+        op.method.value if op else "",
+        api.project,
+        api.name,
+    )
+    return key, route_components_pb2.Route(name=f"{api.project}/{api.name} {what}", match=match, route=action)
+
+
+def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
+    """Where an API's requests go. Rewrite, timeout and retries come from the first serving backend:
+    Envoy applies them per route, before the weighted pick of a backend."""
+    serving = api.serving()
+    first = serving[0][1]
+    action = route_components_pb2.RouteAction()
+    if len(serving) == 1:
+        action.cluster = api.cluster_name(serving[0][0])
+    else:
+        action.weighted_clusters.clusters.extend(
+            route_components_pb2.WeightedCluster.ClusterWeight(
+                name=api.cluster_name(index), weight=wrappers_pb2.UInt32Value(value=backend.weight)
+            )
+            for index, backend in serving
+        )
+    rewrite = base_rewrite(base, first.base_path)
+    if rewrite is not None:
+        action.regex_rewrite.CopyFrom(rewrite)
+    timeout = first.timeout or api.spec.timeout
+    if timeout is not None:
+        action.timeout.CopyFrom(duration(timeout))
+    if first.retries is not None:
+        action.retry_policy.retry_on = first.retries.on
+        action.retry_policy.num_retries.value = first.retries.attempts
+        if first.retries.per_try_timeout is not None:
+            action.retry_policy.per_try_timeout.CopyFrom(duration(first.retries.per_try_timeout))
+    return action

@@ -1,0 +1,136 @@
+"""A delta ADS client, generic over type URLs: keeps one stream up and hands every update to its owner."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import grpc
+from envoy.config.core.v3.base_pb2 import Node
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import code_pb2, status_pb2
+
+log = logging.getLogger(__name__)
+
+
+class UpdateRejected(Exception):
+    """Raised by ``on_update`` to NACK an update; the message goes back to the server."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaUpdate:
+    """One response: resources to add or replace, and names to remove."""
+
+    type_url: str
+    upserts: list[discovery_pb2.Resource]
+    removed: list[str]
+    nonce: str
+
+
+class DeltaClient:
+    """Subscribes to every type URL as a wildcard on one delta ADS stream, forever.
+
+    On each (re)connect it reports what it already holds (``initial_versions``), so the server
+    sends only the difference. Updates are applied in order; each is ACKed once ``on_update``
+    returns and NACKed if it raises.
+    """
+
+    def __init__(
+        self,
+        channel_factory: Callable[[], grpc.aio.Channel],
+        node: Node,
+        type_urls: Sequence[str],
+        *,
+        initial_versions: Callable[[str], Mapping[str, str]],
+        on_update: Callable[[DeltaUpdate], Awaitable[None]],
+        on_connected: Callable[[], Awaitable[None]] | None = None,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._channel_factory = channel_factory
+        self._node = node
+        self._type_urls = tuple(type_urls)
+        self._initial_versions = initial_versions
+        self._on_update = on_update
+        self._on_connected = on_connected
+        self._backoff = backoff
+        self._metadata = tuple(metadata)
+        self._connected = False
+
+    @property
+    def connected(self) -> bool:
+        """Whether the current stream has delivered a response (so the server accepted it)."""
+        return self._connected
+
+    async def run(self) -> None:
+        """Keep a stream up until cancelled, backing off (jittered, exponential) between attempts.
+
+        The factory is asked for a channel at every attempt. A channel it hands out again is
+        reused (it may be shared with its owner); one it replaces, and the last one, are closed.
+        """
+        first, ceiling = self._backoff
+        delay = first
+        channel: grpc.aio.Channel | None = None
+        try:
+            while True:
+                fresh = self._channel_factory()
+                if channel is not None and fresh is not channel:
+                    await channel.close()
+                channel = fresh
+                try:
+                    await self._stream(channel)
+                    log.warning("xDS stream closed by server; reconnecting")
+                except grpc.aio.AioRpcError as exc:
+                    log.warning("xDS stream failed: %s %s", exc.code().name, exc.details())
+                except Exception:
+                    log.exception("xDS stream failed")
+                finally:
+                    if self._connected:
+                        delay = first
+                    self._connected = False
+                await asyncio.sleep(random.uniform(delay / 2, delay))
+                delay = min(delay * 2, ceiling)
+        finally:
+            if channel is not None:
+                await channel.close()
+
+    async def _stream(self, channel: grpc.aio.Channel) -> None:
+        call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources(metadata=self._metadata)
+        try:
+            for index, type_url in enumerate(self._type_urls):
+                request = discovery_pb2.DeltaDiscoveryRequest(
+                    type_url=type_url,
+                    resource_names_subscribe=["*"],
+                    initial_resource_versions=self._initial_versions(type_url),
+                )
+                if index == 0:
+                    request.node.CopyFrom(self._node)
+                await call.write(request)
+            while (response := await call.read()) is not grpc.aio.EOF:
+                if not self._connected:
+                    self._connected = True
+                    if self._on_connected is not None:
+                        await self._on_connected()
+                await call.write(await self._apply(response))
+        finally:
+            call.cancel()
+
+    async def _apply(self, response: discovery_pb2.DeltaDiscoveryResponse) -> discovery_pb2.DeltaDiscoveryRequest:
+        """Hand one response to the owner; return its ACK, or its NACK if the owner refused it."""
+        reply = discovery_pb2.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce)
+        update = DeltaUpdate(
+            response.type_url, list(response.resources), list(response.removed_resources), response.nonce
+        )
+        try:
+            await self._on_update(update)
+        except UpdateRejected as exc:
+            log.warning("rejected %s update: %s", response.type_url, exc)
+            reply.error_detail.CopyFrom(status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(exc)))
+        except Exception as exc:
+            log.exception("applying %s update failed", response.type_url)
+            message = str(exc) or type(exc).__name__
+            reply.error_detail.CopyFrom(status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message))
+        return reply

@@ -1,0 +1,143 @@
+"""Incremental ADS: per type, send only what differs from what the client holds."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from envoy.service.discovery.v3 import discovery_pb2
+
+from meshplane.xds.resource import VersionedResource
+from meshplane.xds.session import Session
+
+# Responses a client may leave unanswered per type before the oldest is forgotten.
+_MAX_UNSETTLED = 64
+
+
+class _TypeStream:
+    """One type on one delta stream."""
+
+    __slots__ = ("acked", "forced", "full", "names", "pending", "rejected", "seen", "sent", "wildcard")
+
+    def __init__(self, held: dict[str, str], wildcard: bool) -> None:
+        self.wildcard = wildcard
+        self.names: set[str] = set()
+        # What the client has, or was last sent; sending is driven by the difference to the cache.
+        self.sent = held
+        self.acked = dict(held)
+        # Versions the client NACKed: never offered again while the cache still has them.
+        self.rejected: dict[str, str] = {}
+        self.pending: dict[str, tuple[dict[str, str], list[str]]] = {}
+        # Names to examine (and send even if held) regardless of the cache's change log.
+        self.forced: set[str] = set()
+        self.full = True  # next diff must look at everything, not just the change log
+        self.seen = -1  # cache generation this type was last diffed at; -1 = never answered
+
+
+class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
+    """One DeltaAggregatedResources stream."""
+
+    async def receive(self, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
+        url = request.type_url
+        stream = self.types.get(url)
+        held: frozenset[str] = frozenset()
+        if stream is None:
+            # An empty first request is the legacy spelling of a wildcard subscription.
+            legacy = not request.resource_names_subscribe and not request.resource_names_unsubscribe
+            stream = _TypeStream(dict(request.initial_resource_versions), legacy)
+            held = frozenset(stream.sent)
+            self.track(url, stream)
+        elif request.response_nonce:
+            await self._settle(url, stream, request)
+        for name in request.resource_names_subscribe:
+            if name == "*":
+                stream.full |= not stream.wildcard
+                stream.wildcard = True
+            else:
+                stream.names.add(name)
+                if name not in held:  # the client must get what it asks for, even if we think it has it
+                    stream.forced.add(name)
+        for name in request.resource_names_unsubscribe:
+            if name == "*":
+                stream.wildcard = False
+                for dropped in [held_name for held_name in stream.sent if held_name not in stream.names]:
+                    self._forget(stream, dropped)
+            else:
+                stream.names.discard(name)
+                if stream.wildcard:
+                    stream.forced.add(name)  # still covered by the wildcard: tell the client which way
+                else:
+                    self._forget(stream, name)
+
+    def respond(self, generation: int) -> list[bytes]:
+        responses = []
+        for url in self.type_urls:
+            response = self._diff(url, self.types[url], generation)
+            if response is not None:
+                responses.append(response)
+        return responses
+
+    def _diff(self, url: str, stream: _TypeStream, generation: int) -> bytes | None:
+        if not self.cache.knows(self.group, url):
+            return None
+        resources = self.cache.resources(self.group, url)
+        changed = None if stream.full else self.cache.changed_since(self.group, url, stream.seen)
+        if changed is None:
+            candidates = {*stream.sent, *(resources if stream.wildcard else stream.names), *stream.forced}
+        else:
+            candidates = {*changed, *stream.forced}
+        upserts: list[VersionedResource] = []
+        removed: list[str] = []
+        sent, forced, rejected = stream.sent, stream.forced, stream.rejected
+        names, wildcard = stream.names, stream.wildcard
+        for name in candidates:
+            wanted = resources.get(name) if wildcard or name in names else None
+            if wanted is None:
+                if name in sent or name in forced:
+                    removed.append(name)
+            elif (sent.get(name) != wanted.version or name in forced) and rejected.get(name) != wanted.version:
+                upserts.append(wanted)
+        first, stream.seen, stream.full = stream.seen < 0, generation, False
+        stream.forced.clear()
+        if not upserts and not removed and not (first and stream.wildcard):
+            return None  # a wildcard's first answer goes out even if empty: the client is waiting to sync
+        return self._encode(url, stream, generation, upserts, removed)
+
+    def _encode(
+        self, url: str, stream: _TypeStream, generation: int, upserts: list[VersionedResource], removed: list[str]
+    ) -> bytes:
+        nonce = self.next_nonce()
+        versions = {res.name: res.version for res in upserts}
+        stream.sent.update(versions)
+        for name in removed:
+            stream.sent.pop(name, None)
+        if stream.rejected:
+            for name in (*versions, *removed):
+                stream.rejected.pop(name, None)
+        if len(stream.pending) >= _MAX_UNSETTLED:
+            del stream.pending[next(iter(stream.pending))]
+        stream.pending[nonce] = (versions, removed)
+        header = discovery_pb2.DeltaDiscoveryResponse(
+            system_version_info=str(generation), type_url=url, nonce=nonce, removed_resources=removed
+        )
+        return header.SerializeToString() + b"".join(res.delta_entry() for res in upserts)
+
+    async def _settle(self, url: str, stream: _TypeStream, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
+        """Apply the client's verdict on one of our responses."""
+        settled = stream.pending.pop(request.response_nonce, None)
+        if settled is None:
+            return
+        versions, removed = settled
+        if request.HasField("error_detail"):
+            stream.rejected.update(versions)
+            await self.nacked(url, versions, request.error_detail.message)
+            return
+        stream.acked.update(versions)
+        for name in removed:
+            stream.acked.pop(name, None)
+        await self.acked(url, MappingProxyType(stream.acked))
+
+    @staticmethod
+    def _forget(stream: _TypeStream, name: str) -> None:
+        """The client drops what it unsubscribed from; so do we."""
+        stream.sent.pop(name, None)
+        stream.acked.pop(name, None)

@@ -1,0 +1,125 @@
+"""The ADS servicer: speaks SotW and delta xDS; what each node group gets is the cache's business."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+from envoy.config.core.v3.base_pb2 import Node
+from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc, discovery_pb2
+
+from meshplane.xds.cache import ResourceCache
+from meshplane.xds.callbacks import NoCallbacks, StreamCallbacks
+from meshplane.xds.delta import DeltaSession
+from meshplane.xds.session import Session
+from meshplane.xds.sotw import SotwSession
+
+__all__ = ["NoCallbacks", "StreamCallbacks", "XdsServer", "add_to_server"]
+
+_SERVICE = ads_pb2.DESCRIPTOR.services_by_name["AggregatedDiscoveryService"].full_name
+
+NodeGroup = Callable[[Node, grpc.aio.ServicerContext], str]
+
+
+class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
+    """Serves one ``ResourceCache`` over ADS, both variants.
+
+    Responses are yielded already encoded (resources are encoded once and shared by all streams),
+    so register with ``add_to_server``, not the generated ``add_..._to_server``.
+    ``node_group`` maps a stream's node to its group; raising PermissionError refuses the stream.
+    """
+
+    def __init__(
+        self,
+        cache: ResourceCache,
+        *,
+        node_group: NodeGroup,
+        type_order: Sequence[str] = (),
+        callbacks: StreamCallbacks | None = None,
+    ) -> None:
+        self._cache = cache
+        self._node_group = node_group
+        self._order = {type_url: index for index, type_url in enumerate(type_order)}
+        self._callbacks: StreamCallbacks = callbacks or NoCallbacks()
+
+    async def StreamAggregatedResources(
+        self, request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        async for response in self._serve(request_iterator, context, SotwSession, delta=False):
+            yield response
+
+    async def DeltaAggregatedResources(
+        self,
+        request_iterator: AsyncIterator[discovery_pb2.DeltaDiscoveryRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[bytes]:
+        async for response in self._serve(request_iterator, context, DeltaSession, delta=True):
+            yield response
+
+    def _rank(self, type_url: str) -> tuple[int, str]:
+        """Listed types first, in the given order; the rest after them, sorted."""
+        return self._order.get(type_url, len(self._order)), type_url
+
+    async def _serve(
+        self,
+        requests: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext,
+        session_type: type[Session[Any, Any]],
+        *,
+        delta: bool,
+    ) -> AsyncIterator[bytes]:
+        """Answer requests and cache changes as they come, whichever is first."""
+        request = await anext(requests, None)
+        if request is None:
+            return
+        node = request.node
+        try:
+            group = self._node_group(node, context)
+        except PermissionError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        session = session_type(self._cache, group, node, self._callbacks, self._rank)
+        await self._callbacks.on_stream_open(node, group, delta)
+        reading: asyncio.Future[Any] | None = None
+        waiting: asyncio.Future[int] | None = None
+        try:
+            while True:
+                if request is not None:
+                    await session.receive(request)
+                generation = self._cache.generation(group)
+                for response in session.respond(generation):
+                    yield response
+                if reading is None:
+                    reading = asyncio.ensure_future(anext(requests, None))
+                if waiting is None:
+                    waiting = asyncio.ensure_future(self._cache.wait_for_change(group, generation))
+                done, _ = await asyncio.wait((reading, waiting), return_when=asyncio.FIRST_COMPLETED)
+                request = None
+                if waiting in done:
+                    waiting = None
+                if reading in done:
+                    request, reading = reading.result(), None
+                    if request is None:
+                        return  # the client closed its side
+        finally:
+            # Not awaited: the stream itself may be being cancelled, and they finish on cancel anyway.
+            for task in (reading, waiting):
+                if task is not None:
+                    task.cancel()
+            await session.closed()
+
+
+def add_to_server(xds: XdsServer, server: grpc.aio.Server) -> None:
+    """Register ``xds`` for ADS; its responses are pre-encoded bytes, so no response serializer."""
+    server.add_registered_method_handlers(
+        _SERVICE,
+        {
+            "StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(
+                xds.StreamAggregatedResources, request_deserializer=discovery_pb2.DiscoveryRequest.FromString
+            ),
+            "DeltaAggregatedResources": grpc.stream_stream_rpc_method_handler(
+                xds.DeltaAggregatedResources, request_deserializer=discovery_pb2.DeltaDiscoveryRequest.FromString
+            ),
+        },
+    )

@@ -1,0 +1,41 @@
+"""Fixtures shared by every test suite; each block below belongs to the subsystem named in its header."""
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from tests.harness.postgres import PostgresServer, start_postgres
+
+# --- PostgreSQL: one private server per session, a fresh database per test (meshplane.store owns this block) ---
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with start_postgres(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
+
+
+@pytest.fixture
+async def postgres_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
+    """A `postgresql+asyncpg://` URL of an empty database that is dropped after the test."""
+    url = await postgres_server.create_database()
+    yield url
+    await postgres_server.drop_database(url)
+
+
+# --- end of the PostgreSQL block ---
+
+# --- Store URL for end-to-end tests: the server on SQLite (its own file) and on PostgreSQL ---
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None (the server's default SQLite file) or the URL of a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        yield None
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = asyncio.run(server.create_database())
+    yield url
+    asyncio.run(server.drop_database(url))

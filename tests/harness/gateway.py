@@ -1,0 +1,44 @@
+"""Calls through a gateway, polling until the data plane shows what a test expects."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+
+
+class Gateway:
+    def __init__(self, port: int):
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+
+    def request(self, method: str, path: str) -> httpx.Response:
+        return self.http.request(method, path)
+
+    def wait_for(
+        self, path: str, expect: Callable[[httpx.Response], bool], method: str = "GET", timeout: float = 15.0
+    ) -> httpx.Response:
+        """Poll until the answer satisfies `expect`; the last answer is in the error otherwise."""
+        deadline = time.monotonic() + timeout
+        last: httpx.Response | str = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                last = self.http.request(method, path)
+                if expect(last):
+                    return last
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            time.sleep(0.05)
+        shown = f"{last.status_code} {last.text[:300]}" if isinstance(last, httpx.Response) else last
+        raise AssertionError(f"{method} {path}: gave up after {timeout}s; last answer: {shown}")
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def from_upstream(name: str) -> Callable[[httpx.Response], bool]:
+    return lambda r: r.status_code == 200 and r.json().get("upstream") == name
+
+
+def status(code: int) -> Callable[[httpx.Response], bool]:
+    return lambda r: r.status_code == code

@@ -1,0 +1,56 @@
+"""A tiny HTTP upstream for gateway tests: it answers 200 with what it received, and remembers it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@contextlib.contextmanager
+def run_upstream(name: str) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
+    `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`."""
+    seen: list[dict[str, Any]] = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name=f"upstream-{name}", daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def _handler(name: str, seen: list[dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            request = {
+                "upstream": name,
+                "path": self.path,
+                "method": self.command,
+                "headers": {key.lower(): value for key, value in self.headers.items()},
+            }
+            seen.append(request)
+            body = json.dumps(request).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the test asserts on `seen`, not on stderr."""
+
+    return Handler

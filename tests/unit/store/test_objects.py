@@ -1,0 +1,152 @@
+"""Object writes and reads: what each call stores, and what it refuses."""
+
+from datetime import UTC
+
+import pytest
+
+from meshplane.store import AlreadyExists, Conflict, NotFound, Store
+
+
+async def test_create_then_get_returns_what_was_stored(store: Store) -> None:
+    created = await store.create(
+        "Api", "shop", "orders", spec={"port": 80}, labels={"team": "a"}, annotations={"note": "x"}, origin="git"
+    )
+
+    assert created.revision == 1
+    assert created.generation == 1
+    assert created.spec == {"port": 80}
+    assert created.labels == {"team": "a"}
+    assert created.annotations == {"note": "x"}
+    assert created.origin == "git"
+    assert created.status == {}
+    assert not created.deleted
+    assert created.created_at.tzinfo is not None
+    assert created.created_at.utcoffset() == UTC.utcoffset(None)
+    assert await store.get("Api", "shop", "orders") == created
+
+
+async def test_cluster_scoped_objects_use_the_empty_project(store: Store) -> None:
+    created = await store.create("Cluster", "", "east", spec={})
+    assert await store.get("Cluster", "", "east") == created
+
+
+async def test_create_twice_is_already_exists(store: Store) -> None:
+    await store.create("Api", "shop", "orders", spec={})
+    with pytest.raises(AlreadyExists, match="Api shop/orders"):
+        await store.create("Api", "shop", "orders", spec={})
+    assert await store.current_revision() == 1
+
+
+async def test_get_of_a_missing_object_names_it(store: Store) -> None:
+    with pytest.raises(NotFound, match="Api shop/orders not found"):
+        await store.get("Api", "shop", "orders")
+
+
+async def test_put_creates_then_replaces(store: Store) -> None:
+    created, was_created = await store.put("Api", "shop", "orders", spec={"port": 80}, labels={"a": "1"})
+    replaced, replaced_created = await store.put("Api", "shop", "orders", spec={"port": 81})
+
+    assert (was_created, replaced_created) == (True, False)
+    assert replaced.uid == created.uid
+    assert replaced.revision == created.revision + 1
+    assert replaced.labels == {}
+    assert replaced.created_at == created.created_at
+    assert replaced.updated_at >= created.updated_at
+    assert await store.get("Api", "shop", "orders") == replaced
+    assert [e.op for e in await store.events_since(0)] == ["create", "update"]
+
+
+async def test_put_with_unchanged_content_is_a_no_op(store: Store) -> None:
+    first, _ = await store.put("Api", "shop", "orders", spec={"a": [1, 2]}, labels={"x": "y"}, origin="git")
+
+    again, created = await store.put("Api", "shop", "orders", spec={"a": [1, 2]}, labels={"x": "y"}, origin="git")
+
+    assert not created
+    assert again == first
+    assert await store.current_revision() == first.revision
+    assert len(await store.events_since(0)) == 1
+
+
+async def test_generation_counts_spec_changes_only(store: Store) -> None:
+    await store.put("Api", "shop", "orders", spec={"v": 1})
+    relabeled, _ = await store.put("Api", "shop", "orders", spec={"v": 1}, labels={"new": "label"})
+    respecced, _ = await store.put("Api", "shop", "orders", spec={"v": 2}, labels={"new": "label"})
+    statused = await store.set_status("Api", "shop", "orders", {"ready": True})
+
+    assert (relabeled.generation, respecced.generation, statused.generation) == (1, 2, 2)
+    assert (relabeled.revision, respecced.revision, statused.revision) == (2, 3, 4)
+
+
+async def test_stale_expected_revision_is_a_conflict_and_changes_nothing(store: Store) -> None:
+    first, _ = await store.put("Api", "shop", "orders", spec={"v": 1})
+    second, _ = await store.put("Api", "shop", "orders", spec={"v": 2}, expected_revision=first.revision)
+
+    with pytest.raises(Conflict, match=f"revision {second.revision}, not {first.revision}"):
+        await store.put("Api", "shop", "orders", spec={"v": 3}, expected_revision=first.revision)
+    with pytest.raises(Conflict):
+        await store.delete("Api", "shop", "orders", expected_revision=first.revision)
+
+    assert await store.get("Api", "shop", "orders") == second
+    assert await store.current_revision() == second.revision
+    assert len(await store.events_since(0)) == 2
+
+
+async def test_put_expecting_a_revision_of_a_missing_object_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound):
+        await store.put("Api", "shop", "orders", spec={}, expected_revision=1)
+    assert await store.current_revision() == 0
+
+
+async def test_delete_tombstones_and_hides_the_object(store: Store) -> None:
+    created = await store.create("Api", "shop", "orders", spec={})
+
+    deleted = await store.delete("Api", "shop", "orders", expected_revision=created.revision)
+
+    assert deleted.deleted
+    assert deleted.revision == created.revision + 1
+    with pytest.raises(NotFound):
+        await store.get("Api", "shop", "orders")
+    with pytest.raises(NotFound):
+        await store.delete("Api", "shop", "orders")
+    with pytest.raises(NotFound):
+        await store.set_status("Api", "shop", "orders", {})
+    assert [e.op for e in await store.events_since(0)] == ["create", "delete"]
+
+
+async def test_recreating_a_deleted_object_makes_a_new_one(store: Store) -> None:
+    old, _ = await store.put("Api", "shop", "orders", spec={"v": 1})
+    await store.put("Api", "shop", "orders", spec={"v": 2})
+    await store.set_status("Api", "shop", "orders", {"ready": True})
+    await store.delete("Api", "shop", "orders")
+
+    new = await store.create("Api", "shop", "orders", spec={"v": 3})
+    await store.delete("Api", "shop", "orders")
+    newer, created = await store.put("Api", "shop", "orders", spec={"v": 4})
+
+    assert new.uid != old.uid
+    assert (new.generation, new.status) == (1, {})
+    assert created
+    assert newer.uid not in {old.uid, new.uid}
+
+
+async def test_set_status_replaces_status_under_its_own_op(store: Store) -> None:
+    created = await store.create("Api", "shop", "orders", spec={"v": 1})
+
+    first = await store.set_status("Api", "shop", "orders", {"ready": False, "reason": "pending"})
+    second = await store.set_status("Api", "shop", "orders", {"ready": True})
+    unchanged = await store.set_status("Api", "shop", "orders", {"ready": True})
+
+    assert second.status == {"ready": True}
+    assert second.spec == created.spec
+    assert unchanged == second
+    assert (first.revision, second.revision) == (2, 3)
+    assert [e.op for e in await store.events_since(0)] == ["create", "status", "status"]
+
+
+async def test_stored_values_are_copies(store: Store) -> None:
+    spec = {"routes": [{"path": "/"}]}
+    created = await store.create("Api", "shop", "orders", spec=spec)
+    spec["routes"].append({"path": "/admin"})
+
+    assert created.spec == {"routes": [{"path": "/"}]}
+    assert (await store.get("Api", "shop", "orders")).spec == {"routes": [{"path": "/"}]}
