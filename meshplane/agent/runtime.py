@@ -139,7 +139,11 @@ class Agent:
         xds = grpc.aio.server()
         add_to_server(
             XdsServer(
-                self.gateway_cache, node_group=gateway_group, type_order=ENVOY_TYPE_ORDER, callbacks=self.publisher
+                self.gateway_cache,
+                node_group=gateway_group,
+                type_order=ENVOY_TYPE_ORDER,
+                callbacks=self.publisher,
+                name="gateway",
             ),
             xds,
         )

@@ -1,7 +1,6 @@
 """North REST API: routes for every kind of the registry, generated from it."""
 # No `from __future__ import annotations`: FastAPI must resolve the per-kind aliases defined in closures.
 
-
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response

@@ -75,7 +75,9 @@ async def run_server(
     clusters = ClusterRegistry(store)
 
     grpc_server = grpc.aio.server()
-    add_to_server(XdsServer(cache, node_group=cluster_of_node, callbacks=ClusterPresence(clusters)), grpc_server)
+    add_to_server(
+        XdsServer(cache, node_group=cluster_of_node, callbacks=ClusterPresence(clusters), name="sync"), grpc_server
+    )
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(ControlPlaneService(clusters), grpc_server)
     if grpc_credentials is None:
         grpc_server.add_insecure_port(settings.grpc_address)

@@ -116,6 +116,7 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
         if len(stream.pending) >= _MAX_UNSETTLED:
             del stream.pending[next(iter(stream.pending))]
         stream.pending[nonce] = (versions, removed)
+        self.pushed(url, len(upserts) + len(removed))
         header = discovery_pb2.DeltaDiscoveryResponse(
             system_version_info=str(generation), type_url=url, nonce=nonce, removed_resources=removed
         )

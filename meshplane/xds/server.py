@@ -10,6 +10,7 @@ import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.discovery.v3 import ads_pb2, ads_pb2_grpc, discovery_pb2
 
+from meshplane.observability.metrics import CONNECTED_STREAMS
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.callbacks import NoCallbacks, StreamCallbacks
 from meshplane.xds.delta import DeltaSession
@@ -29,6 +30,7 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     Responses are yielded already encoded (resources are encoded once and shared by all streams),
     so register with ``add_to_server``, not the generated ``add_..._to_server``.
     ``node_group`` maps a stream's node to its group; raising PermissionError refuses the stream.
+    ``name`` labels this server's metrics (e.g. "sync", "gateway").
     """
 
     def __init__(
@@ -38,7 +40,9 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         node_group: NodeGroup,
         type_order: Sequence[str] = (),
         callbacks: StreamCallbacks | None = None,
+        name: str = "xds",
     ) -> None:
+        self._name = name
         self._cache = cache
         self._node_group = node_group
         self._order = {type_url: index for index, type_url in enumerate(type_order)}
@@ -79,8 +83,9 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             group = self._node_group(node, context)
         except PermissionError as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-        session = session_type(self._cache, group, node, self._callbacks, self._rank)
+        session = session_type(self._cache, group, node, self._callbacks, self._rank, self._name)
         await self._callbacks.on_stream_open(node, group, delta)
+        CONNECTED_STREAMS.labels(self._name).inc()
         reading: asyncio.Future[Any] | None = None
         waiting: asyncio.Future[int] | None = None
         try:
@@ -107,6 +112,7 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             for task in (reading, waiting):
                 if task is not None:
                     task.cancel()
+            CONNECTED_STREAMS.labels(self._name).dec()
             await session.closed()
 
 

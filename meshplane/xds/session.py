@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 
 from envoy.config.core.v3.base_pb2 import Node
 
+from meshplane.observability.metrics import ACKS, NACKS, PUSHED_RESOURCES, PUSHES, short_type
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.callbacks import StreamCallbacks
 
@@ -24,8 +25,9 @@ class Session(ABC, Generic[Request, State]):
     """Protocol state of one stream; the server feeds it requests and cache generations."""
 
     def __init__(
-        self, cache: ResourceCache, group: str, node: Node, callbacks: StreamCallbacks, rank: TypeRank
+        self, cache: ResourceCache, group: str, node: Node, callbacks: StreamCallbacks, rank: TypeRank, server: str
     ) -> None:
+        self.server = server
         self.cache = cache
         self.group = group
         self.node = node
@@ -60,10 +62,18 @@ class Session(ABC, Generic[Request, State]):
         self._nonces += 1
         return str(self._nonces)
 
+    def pushed(self, type_url: str, resources: int) -> None:
+        """Count one response and the resources (upserted or removed) it carries."""
+        kind = short_type(type_url)
+        PUSHES.labels(self.server, kind).inc()
+        PUSHED_RESOURCES.labels(self.server, kind).inc(resources)
+
     async def acked(self, type_url: str, versions: Mapping[str, str]) -> None:
+        ACKS.labels(self.server, short_type(type_url)).inc()
         await self._notify(self.callbacks.on_ack(self.group, self.node, type_url, versions))
 
     async def nacked(self, type_url: str, versions: Mapping[str, str], message: str) -> None:
+        NACKS.labels(self.server, short_type(type_url)).inc()
         log.warning("%s (group %s) rejected %s: %s", self.node.id, self.group, type_url, message)
         await self._notify(self.callbacks.on_nack(self.group, self.node, type_url, versions, message))
 
