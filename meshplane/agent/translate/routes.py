@@ -77,8 +77,8 @@ def _route(
 
 
 def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
-    """Where an API's requests go. Rewrite, timeout and retries come from the first serving backend:
-    Envoy applies them per route, before the weighted pick of a backend."""
+    """Where an API's requests go. The rewrite uses the basePath all backends share; timeout and retries
+    come from the first serving backend, since Envoy applies them per route, before the weighted pick."""
     serving = api.serving()
     first = serving[0][1]
     action = route_components_pb2.RouteAction()

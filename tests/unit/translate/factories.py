@@ -63,7 +63,6 @@ backends = st.lists(
             "host": st.sampled_from(["127.0.0.1", "10.0.0.7", "::1", "backend.internal", "localhost"]),
             "port": st.integers(1, 65535),
             "protocol": st.sampled_from(["http", "http2", "grpc"]),
-            "basePath": base_paths,
             "weight": st.integers(0, 100),
         },
         optional={"timeout": st.sampled_from(["250ms", "15s", "1m30s"])},
@@ -80,11 +79,12 @@ def api_specs(draw: st.DrawFn, *, with_operations: bool | None = None) -> dict[s
         ops = [{"method": "GET", "path": draw(operation_paths())}]
     if with_operations is False:
         ops = []
+    backend_base = draw(base_paths)  # every backend of an API shares one basePath (the model requires it)
     return {
         "basePath": draw(base_paths),
         "hostnames": draw(st.lists(st.sampled_from(HOSTNAMES), min_size=1, max_size=2, unique=True)),
         "operations": ops,
-        "backends": draw(backends),
+        "backends": [{**item, "basePath": backend_base} for item in draw(backends)],
     }
 
 

@@ -337,9 +337,13 @@ def test_timeouts_and_retries_come_from_the_first_serving_backend() -> None:
     assert not actions["shop/c *"].HasField("timeout")
 
 
-def test_rewrite_uses_the_first_serving_backends_base_path() -> None:
+def test_rewrite_applies_the_backends_shared_base_path_to_every_weighted_backend() -> None:
     config = translate(
-        api("a", basePath="/a", backends=[backend(basePath="/x", weight=0), backend(basePath="/v2"), backend()])
+        api(
+            "a",
+            basePath="/a",
+            backends=[backend(basePath="/v2", weight=0), backend(basePath="/v2"), backend(basePath="/v2")],
+        )
     )
     route = config.routes[0].virtual_hosts[0].routes[0]
     assert forwarded_path(route, "/a/b") == "/v2/b"
