@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
-from meshplane.client import ApiError, MeshplaneClient, load_documents
+from meshplane.client import ApiError, MeshplaneClient, ServerUnreachable, load_documents
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
 from meshplane.model.registry import REGISTRY, UnknownKind
 from meshplane.observability.logging import configure_logging
@@ -25,7 +28,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="meshplane: m
 agent_app = typer.Typer(help="Run the agent of one data-plane cluster (or a subcommand).")
 app.add_typer(agent_app, name="agent")
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file", envvar="MESHPLANE_CONFIG")]
 LogFormatOpt = Annotated[LogFormat | None, typer.Option("--log-format", help="json (default) or text")]
@@ -48,16 +51,20 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
     asyncio.run(runner())
 
 
-def run_client(call: Coroutine[Any, Any, None]) -> None:
-    """Run one CLI call; API and input errors become a message and exit code 1."""
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """API, network and input errors become a one-line message and exit code 1, never a traceback."""
     try:
+        yield
+    except (ApiError, ServerUnreachable, UnknownKind, ValueError, yaml.YAMLError, OSError) as exc:
+        err.print("[red]error[/red]", escape(str(exc)), markup=True, highlight=False)
+        raise typer.Exit(1) from None
+
+
+def run_client(call: Coroutine[Any, Any, None]) -> None:
+    """Run one CLI call against the server."""
+    with user_errors():
         asyncio.run(call)
-    except ApiError as exc:
-        err.print(f"[red]error[/red] {exc}", markup=True, highlight=False)
-        raise typer.Exit(1) from None
-    except (UnknownKind, ValueError, yaml.YAMLError, OSError) as exc:
-        err.print(f"[red]error[/red] {exc}", markup=True, highlight=False)
-        raise typer.Exit(1) from None
 
 
 def _load_settings(cls: type, config: Path | None, **flags: Any) -> Any:
@@ -157,10 +164,10 @@ def apply(
     token: TokenOpt = None,
 ) -> None:
     """Create or replace every object of a (multi-document) YAML file."""
-    text = sys.stdin.read() if file == "-" else Path(file).read_text()
+    with user_errors():
+        docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
 
     async def call() -> None:
-        docs = load_documents(text)
         async with MeshplaneClient(server, token) as client:
             for doc in docs:
                 applied = await client.put(doc, project)
@@ -192,7 +199,9 @@ def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> No
                 meta.get("resourceVersion", ""),
                 meta.get("creationTimestamp", "")[:19],
             )
-        out.print(table)
+        # As wide as its content, whatever the terminal (or a pipe's 80 columns): a cell cut short is a wrong name.
+        natural = Measurement.get(out, out.options.update_width(sys.maxsize), table).maximum
+        Console(width=max(natural, out.width)).print(table)
 
 
 @app.command()

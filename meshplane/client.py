@@ -25,6 +25,13 @@ class ApiError(Exception):
         super().__init__("\n".join(lines))
 
 
+class ServerUnreachable(Exception):
+    """The server did not answer at all (refused, timed out, bad address): no HTTP status to report."""
+
+    def __init__(self, server: str, cause: httpx.TransportError):
+        super().__init__(f"cannot reach the meshplane server at {server}: {str(cause) or type(cause).__name__}")
+
+
 def object_path(info: KindInfo, project: str | None, name: str | None = None) -> str:
     base = f"/v1/projects/{project}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
     return f"{base}/{name}" if name else base
@@ -60,19 +67,28 @@ class MeshplaneClient:
         await self.http.aclose()
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = await self.http.request(method, path, **kwargs)
+        try:
+            response = await self.http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(str(self.http.base_url).rstrip("/"), exc) from None
         if response.status_code >= 400:
             try:
                 body = response.json()
-                raise ApiError(response.status_code, body.get("detail", response.text), body.get("errors"))
             except ValueError:
-                raise ApiError(response.status_code, response.text) from None
+                body = None
+            if not isinstance(body, dict):  # not ours: a proxy's page, say
+                raise ApiError(response.status_code, response.text or response.reason_phrase)
+            raise ApiError(response.status_code, body.get("detail", response.text), body.get("errors"))
         return response
 
     async def put(self, doc: dict[str, Any], project: str | None = None) -> Applied:
         """Create or replace an object (what `meshplane apply` does)."""
-        info = REGISTRY.resolve(str(doc.get("kind", "")))
+        if not isinstance(doc.get("kind"), str):
+            raise ApiError(422, "the object is not valid", [{"path": "kind", "message": "is required"}])
+        info = REGISTRY.resolve(doc["kind"])
         meta = doc.get("metadata") or {}
+        if not isinstance(meta, dict):
+            raise ApiError(422, "the object is not valid", [{"path": "metadata", "message": "must be a mapping"}])
         scope = (meta.get("project") or project or "default") if info.namespaced else None
         name = meta.get("name")
         if not name:

@@ -6,7 +6,7 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
@@ -123,16 +123,23 @@ class APISpec(WireModel):
     timeout: Duration | None = None
     placement: Placement = Field(default_factory=Placement)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> APISpec:
-        if sum(b.weight for b in self.backends) == 0:
-            raise ValueError("backends: at least one backend needs a weight above 0")
-        if len({b.base_path for b in self.backends}) > 1:
-            raise ValueError("backends: every backend of an API takes requests under the same basePath")
+    # Field validators rather than one model validator: each error then carries its field's path.
+    @field_validator("backends")
+    @classmethod
+    def _backends_agree(cls, backends: list[Backend]) -> list[Backend]:
+        if sum(b.weight for b in backends) == 0:
+            raise ValueError("at least one backend needs a weight above 0")
+        if len({b.base_path for b in backends}) > 1:
+            raise ValueError("every backend of an API takes requests under the same basePath")
+        return backends
+
+    @field_validator("operations")
+    @classmethod
+    def _operations_unique(cls, operations: list[Operation]) -> list[Operation]:
         seen: set[tuple[str, str]] = set()
-        for op in self.operations:
+        for op in operations:
             key = (op.method.value, op.path)
             if key in seen:
-                raise ValueError(f"operations: {op.method.value} {op.path} is declared twice")
+                raise ValueError(f"{op.method.value} {op.path} is declared twice")
             seen.add(key)
-        return self
+        return operations

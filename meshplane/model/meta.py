@@ -137,7 +137,7 @@ def _split_selector(text: str) -> list[str]:
 def parse_label_selector(text: str) -> LabelSelector:
     """Parse kubectl's selector syntax: `a=b,c!=d,e in (x,y),f notin (z),g,!h`.
 
-    ValueError names the term that does not parse.
+    ValueError names the term that does not parse, or the key or value that is not a valid label's.
     """
     match_labels: dict[str, str] = {}
     expressions: list[SelectorRequirement] = []
@@ -146,6 +146,8 @@ def parse_label_selector(text: str) -> LabelSelector:
             key, op, values = set_match.groups()
             operator = SelectorOperator.IN if op == "in" else SelectorOperator.NOT_IN
             items = [v.strip() for v in values.split(",") if v.strip()]
+            if not items:
+                raise ValueError(f"label selector term {term!r}: {op} needs at least one value")
             expressions.append(SelectorRequirement(key=key, operator=operator, values=items))
         elif "!=" in term:
             key, value = (p.strip() for p in term.split("!=", 1))
@@ -159,4 +161,17 @@ def parse_label_selector(text: str) -> LabelSelector:
             expressions.append(SelectorRequirement(key=term, operator=SelectorOperator.EXISTS))
         else:
             raise ValueError(f"cannot parse label selector term {term!r}")
-    return LabelSelector(match_labels=match_labels, match_expressions=expressions)
+    selector = LabelSelector(match_labels=match_labels, match_expressions=expressions)
+    _check_selector_labels(selector)
+    return selector
+
+
+def _check_selector_labels(selector: LabelSelector) -> None:
+    """A selector that names an impossible key or value is a typo, not a selector that matches nothing."""
+    pairs = [*selector.match_labels.items()]
+    pairs += [(req.key, value) for req in selector.match_expressions for value in req.values or [""]]
+    for key, value in pairs:
+        if not _LABEL_KEY.match(key):
+            raise ValueError(f"label selector: {key!r} is not a label key")
+        if not _LABEL_VALUE.match(value):
+            raise ValueError(f"label selector: {value!r} (of {key!r}) is not a label value")

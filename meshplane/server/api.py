@@ -80,7 +80,8 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     router = APIRouter(tags=[info.kind], responses=ERROR_RESPONSES)
     base = f"/v1/projects/{{project}}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
     item = f"{base}/{{name}}"
-    body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{info.kind}"}}}}}
+    ref = SCHEMA_REF.format(model=info.kind)
+    body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": ref}}}}}
     patch_body = {"requestBody": {"content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}}
     opts: dict[str, Any] = {"response_model": info.model, "response_model_exclude_none": True}
     Project = Annotated[str | None, _project_dependency(info)]
@@ -89,7 +90,9 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     async def create(request: Request, response: Response, project: Project) -> Resource:
         return _with_etag(response, await service.create(info, project, await _read_json(request)))
 
-    @router.put(item, openapi_extra=body, summary=f"Create or replace a {info.kind}", **opts)
+    created = {201: {"description": "Created", "content": {"application/json": {"schema": {"$ref": ref}}}}}
+
+    @router.put(item, openapi_extra=body, responses=created, summary=f"Create or replace a {info.kind}", **opts)
     async def replace(
         request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
     ) -> Resource:
@@ -147,12 +150,12 @@ def _document_components(app: FastAPI) -> None:
             return app.openapi_schema
         schema = generate()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.setdefault("ProblemDetail", ProblemDetail.model_json_schema(ref_template=SCHEMA_REF))
-        for info in REGISTRY:
-            kind_schema = info.model.model_json_schema(ref_template=SCHEMA_REF)
-            for name, sub in kind_schema.pop("$defs", {}).items():
-                components.setdefault(name, sub)
-            components.setdefault(info.kind, kind_schema)
+        for name, model in [("ProblemDetail", ProblemDetail), *((info.kind, info.model) for info in REGISTRY)]:
+            model_schema = model.model_json_schema(ref_template=SCHEMA_REF)
+            # Nested models become components of their own, where the template's references point.
+            for nested, sub in model_schema.pop("$defs", {}).items():
+                components.setdefault(nested, sub)
+            components.setdefault(name, model_schema)
         app.openapi_schema = schema
         return schema
 

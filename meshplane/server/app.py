@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.routing import Match
 
 from meshplane import __version__
 from meshplane.observability.metrics import HTTP_LATENCY, HTTP_REQUESTS
@@ -19,12 +18,12 @@ from meshplane.store.store import Store
 
 
 def _route_template(request: Request) -> str:
-    """The matched route's path template: a bounded metric label, unlike the raw path."""
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is Match.FULL:
-            return getattr(route, "path", "other")
-    return "unmatched"
+    """The matched route's path template: a bounded metric label, unlike the raw path.
+
+    Read from the scope after routing, where the router records the route it chose; FastAPI's included routers
+    are not plain routes, so matching `app.router.routes` again would not find it.
+    """
+    return getattr(request.scope.get("route"), "path", None) or "unmatched"
 
 
 def create_app(store: Store, ready: Callable[[], bool] = lambda: True) -> FastAPI:

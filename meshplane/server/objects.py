@@ -88,7 +88,11 @@ class ObjectService:
         if not isinstance(doc, Mapping):
             raise InvalidObject([FieldError(path="", message="the body must be a JSON object")])
         body = dict(doc)
-        body.setdefault("kind", info.kind)
+        kind_word = body.setdefault("kind", info.kind)
+        # Checked before parsing: another kind's spec would otherwise be judged by its own schema.
+        if isinstance(kind_word, str) and kind_word.lower() not in (info.kind.lower(), info.plural):
+            message = f"this endpoint takes {info.kind}, not {kind_word!r}"
+            raise InvalidObject([FieldError(path="kind", message=message)])
         metadata = body.get("metadata")
         if not isinstance(metadata, Mapping):
             metadata = {} if metadata is None else metadata
@@ -101,8 +105,6 @@ class ObjectService:
             body["metadata"] = metadata
         resource = REGISTRY.parse(body)
         errors = []
-        if resource.kind != info.kind:
-            errors.append(FieldError(path="kind", message=f"this endpoint takes {info.kind}, not {resource.kind}"))
         if name is not None and resource.metadata.name != name:
             errors.append(FieldError(path="metadata.name", message=f"does not match the name in the URL ({name})"))
         if project is not None and resource.metadata.project != project:
@@ -135,7 +137,9 @@ class ObjectService:
             await self.require_project(project)
         resource = self.validate(info, project, name, doc)
         meta = resource.metadata
-        expected = parse_revision(if_match, "If-Match") or parse_revision(meta.resource_version)
+        expected = parse_revision(if_match, "If-Match")
+        if expected is None:
+            expected = parse_revision(meta.resource_version)
         stored, created = await self.store.put(
             info.kind,
             meta.project or "",
@@ -155,13 +159,15 @@ class ObjectService:
             raise InvalidObject([FieldError(path="", message="a merge patch must be a JSON object")])
         current = await self.get(info, project, name)
         merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
-        expected = parse_revision(if_match, "If-Match") or parse_revision(
-            (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch.get("metadata"), Mapping) else None
-        )
-        merged["metadata"]["resourceVersion"] = str(expected or current.metadata.resource_version)
-        for server_owned in ("uid", "generation", "creationTimestamp", "origin"):
-            merged["metadata"].pop(server_owned, None)
-        resource, _ = await self.put(info, project, name, merged)
+        metadata = merged.get("metadata")
+        if not isinstance(metadata, Mapping):
+            raise InvalidObject([FieldError(path="metadata", message="must stay an object")])
+        owned = {k: v for k, v in metadata.items() if k not in ("uid", "generation", "creationTimestamp", "origin")}
+        # Unless the patch names a resourceVersion, the one just read guards the write: a change made between
+        # our read and our write is then refused with 409 rather than silently overwritten.
+        owned.setdefault("resourceVersion", current.metadata.resource_version)
+        merged["metadata"] = owned
+        resource, _ = await self.put(info, project, name, merged, if_match)
         return resource
 
     async def delete(self, info: KindInfo, project: str | None, name: str, if_match: str | None = None) -> Resource:

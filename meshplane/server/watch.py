@@ -9,12 +9,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from sse_starlette.sse import EventSourceResponse
 
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, UnknownKind
+from meshplane.model.resource import API_VERSION, FieldError
 from meshplane.server.objects import to_resource
+from meshplane.server.problems import Problem
 from meshplane.store.errors import Compacted, NotFound
 from meshplane.store.records import Event
 from meshplane.store.store import Store
 
+_Sent = dict[tuple[str, str, str], dict[str, Any]]
+"""What a stream last sent of each object, by (kind, project, name)."""
 _TYPES = {"create": "ADDED", "update": "MODIFIED", "status": "MODIFIED", "delete": "DELETED"}
 
 
@@ -23,8 +27,11 @@ async def watch_events(
 ) -> AsyncIterator[dict[str, Any]]:
     """Change events after `since`, level-triggered: an event whose object changed again later is
     skipped, since the later event carries the newer state. A consumer behind the compaction
-    window gets one ERROR event (code 410) and must re-list."""
+    window gets one ERROR event (code 410) and must re-list.
+
+    A DELETED event carries the object as this stream last sent it, so the stream remembers what it sent."""
     last = since
+    sent: _Sent = {}
     while True:
         try:
             events = await store.events_since(last)
@@ -35,17 +42,19 @@ async def watch_events(
             last = event.revision
             if (kind and event.kind != kind) or (project and event.project != project):
                 continue
-            if (change := await _change(store, event)) is not None:
+            if (change := await _change(store, event, sent)) is not None:
                 yield change
         if not events:
             await store.wait_for_revision(last, timeout=poll)
 
 
-async def _change(store: Store, event: Event) -> dict[str, Any] | None:
+async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | None:
     info = REGISTRY.get(event.kind)
+    key = (event.kind, event.project, event.name)
     if event.op == "delete":
         metadata = {"name": event.name, **({"project": event.project} if event.project else {})}
-        obj: dict[str, Any] = {"kind": info.kind, "metadata": metadata}
+        last_sent = sent.pop(key, {"apiVersion": API_VERSION, "kind": info.kind, "metadata": metadata})
+        obj = {**last_sent, "metadata": {**last_sent["metadata"], "resourceVersion": str(event.revision)}}
     else:
         try:
             stored = await store.get(event.kind, event.project, event.name)
@@ -53,7 +62,7 @@ async def _change(store: Store, event: Event) -> dict[str, Any] | None:
             return None
         if stored.revision != event.revision:
             return None
-        obj = to_resource(info, stored).to_wire()
+        obj = sent[key] = to_resource(info, stored).to_wire()
     return {"type": _TYPES[event.op], "revision": event.revision, "object": obj}
 
 
@@ -66,8 +75,13 @@ def watch_router(store: Store) -> APIRouter:
         kind: Annotated[str | None, Query(description="Only this kind (name or plural)")] = None,
         project: Annotated[str | None, Query()] = None,
     ) -> EventSourceResponse:
-        kind_name = REGISTRY.resolve(kind).kind if kind else None
-        start = since if since is not None else await store.current_revision()
+        try:
+            kind_name = REGISTRY.resolve(kind).kind if kind else None
+        except UnknownKind as exc:
+            raise Problem(400, str(exc), [FieldError(path="kind", message=str(exc))]) from None
+        current = await store.current_revision()
+        # A revision from the future (another server's, or a typo) means "from now", not "wait until then".
+        start = current if since is None else min(since, current)
 
         async def stream() -> AsyncIterator[dict[str, str]]:
             async for change in watch_events(store, start, kind_name, project):

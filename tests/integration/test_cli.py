@@ -1,0 +1,214 @@
+"""The `meshplane` command as a user runs it: a subprocess talking to a real server process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.harness.meshplane import ServerProcess, run_server
+from tests.harness.process import free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+MANIFEST = """\
+apiVersion: meshplane.io/v1alpha1
+kind: Project
+metadata: {name: shop}
+spec: {description: The shop}
+---
+apiVersion: meshplane.io/v1alpha1
+kind: API
+metadata:
+  name: orders
+  project: shop
+  labels: {team: checkout}
+spec:
+  basePath: /orders
+  operations: [{method: GET, path: /items}]
+  backends: [{host: 127.0.0.1, port: 9001, timeout: 15s}]
+"""
+
+
+def meshplane(*args: str, server: str | None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI to completion (at most 30 s), with no MESHPLANE_* settings inherited from the caller."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLANE_")}
+    argv = [sys.executable, "-m", "meshplane", *args, *(["--server", server] if server else [])]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, env=env, check=False)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with run_server(tmp_path_factory.mktemp("cli")) as running:
+        yield running
+
+
+@pytest.fixture
+def shop(server: ServerProcess) -> str:
+    """Project `shop` holding API `orders`, as MANIFEST describes them; the server's URL."""
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        for doc in yaml.safe_load_all(MANIFEST):
+            project = doc["metadata"].get("project")
+            base = f"/v1/projects/{project}/apis" if project else "/v1/projects"
+            assert http.put(f"{base}/{doc['metadata']['name']}", json=doc).is_success
+    return server.url
+
+
+def test_apply_creates_every_document_then_configures_them_on_reapply(tmp_path: Path) -> None:
+    manifest = tmp_path / "shop.yaml"
+    manifest.write_text(MANIFEST)
+    with run_server(tmp_path) as fresh:
+        first = meshplane("apply", "-f", str(manifest), server=fresh.url)
+        again = meshplane("apply", "-f", str(manifest), server=fresh.url)
+        stored = httpx.get(f"{fresh.url}/v1/projects/shop/apis/orders", timeout=10).json()
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["projects/shop created", "apis/orders -p shop created"]
+    assert again.stdout.splitlines() == ["projects/shop configured", "apis/orders -p shop configured"]
+    assert stored["spec"]["backends"][0]["timeout"] == "15s"
+
+
+def test_apply_reads_standard_input(server: ServerProcess) -> None:
+    manifest = MANIFEST.replace("shop", "piped")
+
+    result = meshplane("apply", "-f", "-", server=server.url, stdin=manifest)
+
+    assert result.returncode == 0, result.stderr
+    assert "apis/orders -p piped" in result.stdout
+    assert httpx.get(f"{server.url}/v1/projects/piped/apis/orders", timeout=10).status_code == 200
+
+
+def test_apply_puts_objects_without_a_project_in_the_one_given(server: ServerProcess) -> None:
+    _, api = yaml.safe_load_all(MANIFEST)
+    del api["metadata"]["project"]
+
+    result = meshplane("apply", "-f", "-", "-p", "default", server=server.url, stdin=yaml.safe_dump(api))
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "apis/orders -p default created"
+
+
+def test_get_lists_apis_of_a_project_as_a_table(shop: str) -> None:
+    result = meshplane("get", "apis", "-p", "shop", server=shop)
+
+    assert result.returncode == 0, result.stderr
+    header, *rows = [line.split() for line in result.stdout.strip().splitlines()]
+    assert header[:3] == ["NAME", "PROJECT", "LABELS"]
+    assert [row[:3] for row in rows] == [["orders", "shop", "team=checkout"]]
+
+
+def test_table_keeps_long_names_and_labels_whole_when_piped(server: ServerProcess) -> None:
+    name = "a-name-of-sixty-three-characters-which-is-as-long-as-names-get1"
+    labels = {"team": "checkout", "tier": "gold", "example.com/region": "eu-west-1"}
+    doc = {
+        **yaml.safe_load(MANIFEST.split("---")[1]),
+        "metadata": {"name": name, "project": "default", "labels": labels},
+    }
+    assert httpx.put(f"{server.url}/v1/projects/default/apis/{name}", json=doc, timeout=10).is_success
+
+    result = meshplane("get", "apis", "-p", "default", server=server.url)
+
+    [row] = [line.split() for line in result.stdout.splitlines() if line.split()[:1] == [name]]
+    assert row[2] == "example.com/region=eu-west-1,team=checkout,tier=gold"
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_get_one_object_prints_it_in_a_parseable_format(shop: str, output: str) -> None:
+    result = meshplane("get", "api", "orders", "-p", "shop", "-o", output, server=shop)
+
+    assert result.returncode == 0, result.stderr
+    obj = yaml.safe_load(result.stdout) if output == "yaml" else json.loads(result.stdout)
+    assert (obj["kind"], obj["metadata"]["name"], obj["metadata"]["project"]) == ("API", "orders", "shop")
+    assert obj["spec"]["backends"][0]["port"] == 9001
+
+
+@pytest.mark.parametrize("word", ["API", "apis", "api", "APIs"])
+def test_kind_words_are_read_case_insensitively(shop: str, word: str) -> None:
+    result = meshplane("get", word, "-p", "shop", "-o", "json", server=shop)
+
+    assert result.returncode == 0, result.stderr
+    assert [item["metadata"]["name"] for item in json.loads(result.stdout)] == ["orders"]
+
+
+def test_delete_removes_the_object(shop: str) -> None:
+    result = meshplane("delete", "api", "orders", "-p", "shop", server=shop)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "apis/orders deleted"
+    assert httpx.get(f"{shop}/v1/projects/shop/apis/orders", timeout=10).status_code == 404
+
+
+def test_get_of_a_missing_object_fails_with_the_servers_reason(shop: str) -> None:
+    result = meshplane("get", "api", "nothing", "-p", "shop", server=shop)
+
+    assert result.returncode == 1
+    assert "404" in result.stderr
+    assert "nothing" in result.stderr
+
+
+def _assert_clean_failure(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit code 1 and an error message that names `words`, with no Python traceback."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "error" in result.stderr
+    for word in words:
+        assert word in result.stderr
+
+
+def test_apply_of_invalid_yaml_fails_cleanly(server: ServerProcess, tmp_path: Path) -> None:
+    manifest = tmp_path / "broken.yaml"
+    manifest.write_text("kind: API\nmetadata: {name: orders\n")
+
+    result = meshplane("apply", "-f", str(manifest), server=server.url)
+
+    _assert_clean_failure(result, "line")
+
+
+def test_apply_of_an_invalid_object_names_the_field_path(server: ServerProcess) -> None:
+    manifest = MANIFEST.replace("port: 9001", "port: 99999").replace("shop", "invalid")
+
+    result = meshplane("apply", "-f", "-", server=server.url, stdin=manifest)
+
+    _assert_clean_failure(result, "422", "spec.backends[0].port")
+
+
+def test_apply_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
+    result = meshplane("apply", "-f", "-", server=server.url, stdin="kind: Gadget\nmetadata: {name: g}\nspec: {}\n")
+
+    _assert_clean_failure(result, "Gadget")
+
+
+def test_get_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
+    result = meshplane("get", "gadgets", server=server.url)
+
+    _assert_clean_failure(result, "gadgets")
+
+
+def test_apply_of_a_missing_file_fails_cleanly(tmp_path: Path) -> None:
+    result = meshplane("apply", "-f", str(tmp_path / "absent.yaml"), server="http://127.0.0.1:1")
+
+    _assert_clean_failure(result, "absent.yaml")
+
+
+def test_unreachable_server_fails_with_a_clear_message() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    result = meshplane("get", "apis", server=url)
+
+    _assert_clean_failure(result, "cannot reach", url)
+
+
+def test_agent_bootstrap_prints_an_envoy_bootstrap_for_the_node() -> None:
+    result = meshplane("agent", "bootstrap", "--node-id", "gw-1", server=None)
+
+    assert result.returncode == 0, result.stderr
+    bootstrap = yaml.safe_load(result.stdout)
+    assert bootstrap["node"]["id"] == "gw-1"
+    assert bootstrap["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
