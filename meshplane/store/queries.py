@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from meshplane.store.records import Event, StoredObject
-from meshplane.store.schema import events, meta, objects
+from meshplane.store.records import Delivery, Event, StoredObject
+from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects
 
 _EVENT_COLUMNS = [events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context")]
 
@@ -97,3 +97,51 @@ async def purge(conn: AsyncConnection, up_to: int) -> int:
         delete(objects).where(objects.c.deleted.is_(True), objects.c.revision <= up_to)
     )
     return removed_events.rowcount + removed_tombstones.rowcount
+
+
+async def claim_key(conn: AsyncConnection, key: str, at: datetime) -> bool:
+    """Record an idempotency key; False when it was recorded before (the caller then does nothing)."""
+    found = (await conn.execute(select(idempotency_keys.c.key).where(idempotency_keys.c.key == key))).first()
+    if found is not None:
+        return False
+    await conn.execute(insert(idempotency_keys).values(key=key, created_at=at))
+    return True
+
+
+async def forget_keys(conn: AsyncConnection, before: datetime) -> int:
+    return (await conn.execute(delete(idempotency_keys).where(idempotency_keys.c.created_at < before))).rowcount
+
+
+async def upsert_delivery(conn: AsyncConnection, delivery: Delivery) -> None:
+    key = and_(
+        deliveries.c.cluster == delivery.cluster,
+        deliveries.c.kind == delivery.kind,
+        deliveries.c.project == delivery.project,
+        deliveries.c.name == delivery.name,
+    )
+    values = asdict(delivery)
+    if (await conn.execute(update(deliveries).where(key).values(**values))).rowcount == 0:
+        await conn.execute(insert(deliveries).values(**values))
+
+
+async def deliveries_changed(conn: AsyncConnection, since: datetime | None) -> list[Delivery]:
+    """Deliveries updated after `since` (all of them when None), oldest change first."""
+    statement = select(deliveries).order_by(deliveries.c.updated_at)
+    if since is not None:
+        statement = statement.where(deliveries.c.updated_at > since)
+    return [Delivery(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def deliveries_of(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]]) -> list[Delivery]:
+    """Every cluster's delivery of the given (kind, project, name) objects."""
+    wanted = list(keys)
+    if not wanted:
+        return []
+    statement = select(deliveries).where(tuple_(deliveries.c.kind, deliveries.c.project, deliveries.c.name).in_(wanted))
+    return [Delivery(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def drop_deliveries(conn: AsyncConnection, kind: str, project: str, name: str) -> None:
+    await conn.execute(
+        delete(deliveries).where(deliveries.c.kind == kind, deliveries.c.project == project, deliveries.c.name == name)
+    )

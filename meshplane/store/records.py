@@ -33,3 +33,17 @@ class Event:
     project: str
     name: str
     trace_context: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one cluster last reported doing with one version of one object."""
+
+    cluster: str
+    kind: str
+    project: str
+    name: str
+    version: str
+    state: str
+    message: str
+    updated_at: datetime

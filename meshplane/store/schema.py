@@ -88,3 +88,27 @@ events = Table(
     Column("created_at", UTCDateTime, nullable=False),
     CheckConstraint("op IN ('create', 'update', 'delete', 'status')", name="ck_events_op"),
 )
+
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("cluster", Key, nullable=False),
+    Column("kind", Key, nullable=False),
+    Column("project", Key, nullable=False),
+    Column("name", Key, nullable=False),
+    Column("version", String, nullable=False),
+    Column("state", String, nullable=False),
+    Column("message", String, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("cluster", "kind", "project", "name", name="pk_deliveries"),
+    Index("ix_deliveries_updated_at", "updated_at"),
+    CheckConstraint("state IN ('Pending', 'Applied', 'Failed')", name="ck_deliveries_state"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_idempotency_keys_created_at", "created_at"),
+)

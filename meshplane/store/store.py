@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from meshplane.store import migrate, queries
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
-from meshplane.store.records import Event, StoredObject
+from meshplane.store.records import Delivery, Event, StoredObject
 
 _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
@@ -203,7 +203,49 @@ class Store:
             await conn.commit()
         return removed
 
+    async def record_deliveries(self, deliveries: Iterable[Delivery], idempotency_key: str | None = None) -> bool:
+        """Keep what clusters reported, in one transaction with its idempotency key.
+
+        False when the key was seen before: a retried report is applied once. Deliveries are not
+        objects and take no revision: status roll-up folds them into objects' status.
+        """
+        async with self._exclusive() as conn:
+            if idempotency_key is not None and not await queries.claim_key(conn, idempotency_key, datetime.now(UTC)):
+                await conn.rollback()
+                return False
+            for delivery in deliveries:
+                await queries.upsert_delivery(conn, delivery)
+            await conn.commit()
+        return True
+
+    async def claim_idempotency_key(self, key: str) -> bool:
+        """Record a key on its own, for reports whose effects are ordinary (revisioned) writes."""
+        async with self._exclusive() as conn:
+            claimed = await queries.claim_key(conn, key, datetime.now(UTC))
+            await conn.commit()
+        return claimed
+
+    async def forget_idempotency_keys(self, before: datetime) -> int:
+        async with self._exclusive() as conn:
+            removed = await queries.forget_keys(conn, before)
+            await conn.commit()
+        return removed
+
+    async def forget_deliveries(self, kind: str, project: str, name: str) -> None:
+        """Drop every cluster's delivery record of an object that is gone."""
+        async with self._exclusive() as conn:
+            await queries.drop_deliveries(conn, kind, project, name)
+            await conn.commit()
+
     # -- reads ---------------------------------------------------------------------------------------------
+
+    async def deliveries_changed(self, since: datetime | None = None) -> builtins.list[Delivery]:
+        async with self._reading() as conn:
+            return await queries.deliveries_changed(conn, since)
+
+    async def deliveries_of(self, keys: Iterable[tuple[str, str, str]]) -> builtins.list[Delivery]:
+        async with self._reading() as conn:
+            return await queries.deliveries_of(conn, keys)
 
     async def get(self, kind: str, project: str, name: str) -> StoredObject:
         async with self._reading() as conn:

@@ -39,6 +39,16 @@ class ControlPlaneStub:
                 request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterRequest.SerializeToString,
                 response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterResponse.FromString,
                 _registered_method=True)
+        self.ReportStatus = channel.unary_unary(
+                '/meshplane.v1.ControlPlane/ReportStatus',
+                request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportStatusRequest.SerializeToString,
+                response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+                _registered_method=True)
+        self.ReportObjects = channel.unary_unary(
+                '/meshplane.v1.ControlPlane/ReportObjects',
+                request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.SerializeToString,
+                response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+                _registered_method=True)
 
 
 class ControlPlaneServicer:
@@ -51,6 +61,20 @@ class ControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportStatus(self, request, context):
+        """What the cluster did with delivered objects: applied at its gateways, or failed and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportObjects(self, request, context):
+        """Objects created in the cluster itself (kubectl, local CRs), to be shown with their origin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +82,16 @@ def add_ControlPlaneServicer_to_server(servicer, server):
                     servicer.RegisterCluster,
                     request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterRequest.FromString,
                     response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterResponse.SerializeToString,
+            ),
+            'ReportStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportStatus,
+                    request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportStatusRequest.FromString,
+                    response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
+            ),
+            'ReportObjects': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportObjects,
+                    request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.FromString,
+                    response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +121,60 @@ class ControlPlane:
             '/meshplane.v1.ControlPlane/RegisterCluster',
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterRequest.SerializeToString,
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.RegisterClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplane.v1.ControlPlane/ReportStatus',
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportStatusRequest.SerializeToString,
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportObjects(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplane.v1.ControlPlane/ReportObjects',
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.SerializeToString,
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

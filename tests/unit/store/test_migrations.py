@@ -56,7 +56,7 @@ async def test_downgrade_to_base_removes_everything_and_upgrade_restores_it(stor
         await migrate.upgrade(engines)
         async with engines.base.connect() as conn:
             tables = await conn.run_sync(lambda sync: set(inspect(sync).get_table_names()))
-        assert tables == {"alembic_version", "meta", "objects", "events"}
+        assert tables == {"alembic_version", *metadata.tables}
     finally:
         await engines.base.dispose()
 

@@ -1,10 +1,11 @@
 """Object writes and reads: what each call stores, and what it refuses."""
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 import pytest
 
 from meshplane.store import AlreadyExists, Conflict, NotFound, Store
+from meshplane.store.records import Delivery
 
 
 async def test_create_then_get_returns_what_was_stored(store: Store) -> None:
@@ -150,3 +151,16 @@ async def test_stored_values_are_copies(store: Store) -> None:
 
     assert created.spec == {"routes": [{"path": "/"}]}
     assert (await store.get("Api", "shop", "orders")).spec == {"routes": [{"path": "/"}]}
+
+
+async def test_a_retried_delivery_report_is_applied_once(store: Store) -> None:
+    now = datetime.now(UTC)
+    first = Delivery("edge-1", "API", "shop", "orders", "v1", "Applied", "", now)
+    assert await store.record_deliveries([first], idempotency_key="edge-1/1") is True
+    later = Delivery("edge-1", "API", "shop", "orders", "v2", "Failed", "rejected", now)
+    assert await store.record_deliveries([later], idempotency_key="edge-1/1") is False
+    assert await store.deliveries_of([("API", "shop", "orders")]) == [first]
+    assert await store.record_deliveries([later], idempotency_key="edge-1/2") is True
+    [kept] = await store.deliveries_of([("API", "shop", "orders")])
+    assert (kept.version, kept.state, kept.message) == ("v2", "Failed", "rejected")
+    assert [d.name for d in await store.deliveries_changed()] == ["orders"]
