@@ -23,10 +23,12 @@ from meshplane.client import ApiError, MeshplaneClient, ServerUnreachable, load_
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
 from meshplane.model.registry import REGISTRY, UnknownKind
 from meshplane.observability.logging import configure_logging
+from meshplane.security.commands import certs_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="meshplane: multi-cluster API and L7 control plane")
 agent_app = typer.Typer(help="Run the agent of one data-plane cluster (or a subcommand).")
 app.add_typer(agent_app, name="agent")
+app.add_typer(certs_app, name="certs")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -82,9 +84,17 @@ def server(
     grpc_address: Annotated[str | None, typer.Option(help="agent sync gRPC address [127.0.0.1:18000]")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="data directory [./.meshplane]")] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL, e.g. postgresql+asyncpg://…")] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="plaintext agent sync, no identities")] = False,
+    tls_cert: Annotated[Path | None, typer.Option(help="server certificate [DATA_DIR/pki, created]")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="server key (with --tls-cert)")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(help="CA of agent certificates (with --tls-cert)")] = None,
+    tls_server_name: Annotated[
+        list[str] | None, typer.Option(help="extra name / IP for the created server certificate (repeatable)")
+    ] = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the management server."""
+    from meshplane.security.ca import PkiError
     from meshplane.server.main import run_server
 
     settings = _load_settings(
@@ -94,10 +104,19 @@ def server(
         grpc_address=grpc_address,
         data_dir=data_dir,
         database_url=database_url,
+        insecure=insecure or None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_server_names=tls_server_name,
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level)
-    run_until_signalled(lambda stop: run_server(settings, stop))
+    try:
+        run_until_signalled(lambda stop: run_server(settings, stop))
+    except PkiError as exc:
+        err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
@@ -120,12 +139,20 @@ def agent(
     xds_address: Annotated[str | None, typer.Option(help="xDS address for gateways [127.0.0.1:18001]")] = None,
     gateway_address: Annotated[str | None, typer.Option(help="gateway listener [127.0.0.1:10000]")] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="cluster label key=value (repeatable)")] = None,
+    insecure: Annotated[bool, typer.Option("--insecure", help="plaintext sync to an --insecure server")] = False,
+    tls_cert: Annotated[Path | None, typer.Option(help="this cluster's certificate (certs issue-agent)")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="its key")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(help="the server's CA certificate")] = None,
+    tls_server_name: Annotated[
+        str | None, typer.Option(help="name to check the server certificate for [the --server host]")
+    ] = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
     if ctx.invoked_subcommand is not None:
         return
     from meshplane.agent.runtime import Agent
+    from meshplane.security.ca import PkiError
 
     settings = _load_settings(
         AgentSettings,
@@ -136,10 +163,20 @@ def agent(
         xds_address=xds_address,
         gateway_address=gateway_address,
         labels=_labels(label) if label else None,
+        insecure=insecure or None,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,
+        tls_server_name=tls_server_name,
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)
-    run_until_signalled(Agent(settings).run)
+    try:
+        process = Agent(settings)
+    except PkiError as exc:
+        err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+    run_until_signalled(process.run)
 
 
 @agent_app.command("bootstrap")
@@ -241,6 +278,73 @@ def delete(
         async with MeshplaneClient(server, token) as client:
             deleted = await client.delete(kind, name, project)
             out.print(f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False)
+
+    run_client(call())
+
+
+def _cluster_rows(clusters: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("CLUSTER", "CONNECTED", "LAST SEEN", "AGENT", "OUT OF DATE", "LABELS"):
+        table.add_column(column, no_wrap=True)
+    for cluster in clusters:
+        st = cluster.get("status", {})
+        labels = ",".join(f"{k}={v}" for k, v in sorted(cluster["metadata"].get("labels", {}).items()))
+        connected = "yes" if st.get("connected") else "no"
+        table.add_row(
+            cluster["metadata"]["name"],
+            connected,
+            (st.get("lastSeen") or "")[:19],
+            st.get("agentVersion", ""),
+            str(st.get("outOfDate", "")),
+            labels,
+        )
+    return table
+
+
+def _delivery_rows(obj: dict[str, Any]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("CLUSTER", "STATE", "VERSION", "SINCE", "MESSAGE"):
+        table.add_column(column, no_wrap=column != "MESSAGE")
+    for entry in obj.get("status", {}).get("clusters", []):
+        table.add_row(
+            entry["cluster"],
+            entry["state"],
+            entry.get("version", ""),
+            (entry.get("lastTransitionTime") or "")[:19],
+            entry.get("message", ""),
+        )
+    return table
+
+
+@app.command()
+def status(
+    kind: Annotated[str | None, typer.Argument(help="with NAME: show one object's delivery per cluster")] = None,
+    name: Annotated[str | None, typer.Argument()] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Clusters (connected, last seen, objects out of date), or one object's delivery to each cluster."""
+    if (kind is None) != (name is None):
+        raise typer.BadParameter("give both KIND and NAME, or neither")
+    if output not in ("table", "json"):
+        raise typer.BadParameter("must be table or json", param_hint="--output")
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            if kind and name:
+                obj = await client.get(kind, name, project)
+                if output == "json":
+                    out.print_json(json.dumps(obj.get("status", {}).get("clusters", [])))
+                else:
+                    out.print(_delivery_rows(obj))
+                return
+            clusters = await client.list("clusters")
+            if output == "json":
+                out.print_json(json.dumps([{"name": c["metadata"]["name"], **c.get("status", {})} for c in clusters]))
+            else:
+                out.print(_cluster_rows(clusters))
 
     run_client(call())
 

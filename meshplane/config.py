@@ -6,10 +6,11 @@ the embedded setup on localhost.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -75,10 +76,53 @@ class ServerSettings(ProcessSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite file meshplane.db in data_dir"
     )
+    insecure: bool = Field(default=False, description="plaintext agent sync, no client identity: experiments only")
+    tls_cert: Path | None = Field(default=None, description="server certificate; default: data_dir/pki, created")
+    tls_key: Path | None = None
+    tls_ca: Path | None = Field(default=None, description="CA that agent certificates must chain to")
+    tls_server_names: list[str] = Field(
+        default_factory=list, description="extra DNS names / IPs for the server certificate created in data_dir/pki"
+    )
+
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> Self:
+        given = {"tls_cert": self.tls_cert, "tls_key": self.tls_key, "tls_ca": self.tls_ca}
+        if any(given.values()) and not all(given.values()):
+            missing = ", ".join(name for name, value in given.items() if value is None)
+            raise ValueError(f"tls_cert, tls_key and tls_ca go together; missing: {missing}")
+        return self
+
+    event_retention: float = Field(default=86_400.0, gt=0, description="seconds the event log keeps events")
+    compaction_interval: float = Field(default=60.0, gt=0, description="seconds between compactions")
+    keepalive_interval: float = Field(default=10.0, gt=0, description="seconds of silence before pinging an agent")
+    keepalive_timeout: float = Field(default=10.0, gt=0, description="seconds to wait for its answer")
 
     @property
     def store_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{(self.data_dir / 'meshplane.db').resolve()}"
+
+
+class RetryPolicy(BaseModel):
+    """gRPC's own retry policy for the agent's upward calls (service config `retryPolicy`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(default=5, ge=2, le=5)
+    initial_backoff: float = Field(default=0.2, gt=0, description="seconds")
+    max_backoff: float = Field(default=5.0, gt=0, description="seconds")
+    backoff_multiplier: float = Field(default=2.0, gt=0)
+    retryable_status_codes: list[str] = Field(default_factory=lambda: ["UNAVAILABLE", "RESOURCE_EXHAUSTED"])
+
+    def service_config(self, service: str) -> str:
+        """The channel's service config JSON applying this policy to every method of `service`."""
+        policy = {
+            "maxAttempts": self.max_attempts,
+            "initialBackoff": f"{self.initial_backoff}s",
+            "maxBackoff": f"{self.max_backoff}s",
+            "backoffMultiplier": self.backoff_multiplier,
+            "retryableStatusCodes": self.retryable_status_codes,
+        }
+        return json.dumps({"methodConfig": [{"name": [{"service": service}], "retryPolicy": policy}]})
 
 
 class AgentSettings(ProcessSettings):
@@ -88,3 +132,9 @@ class AgentSettings(ProcessSettings):
     xds_address: Address = "127.0.0.1:18001"
     gateway_address: Address = "127.0.0.1:10000"
     labels: dict[str, str] = Field(default_factory=dict)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    insecure: bool = Field(default=False, description="plaintext sync to a server started with --insecure")
+    tls_cert: Path | None = Field(default=None, description="this cluster's certificate (meshplane certs issue-agent)")
+    tls_key: Path | None = None
+    tls_ca: Path | None = Field(default=None, description="the server's CA certificate")
+    tls_server_name: str | None = Field(default=None, description="name to verify the server certificate against")

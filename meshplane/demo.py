@@ -17,6 +17,7 @@ import httpx
 
 from meshplane.agent.bootstrap import bootstrap_yaml
 from meshplane.envoy_binary import envoy_path
+from meshplane.security.ca import Pki
 
 HTTP = "127.0.0.1:8080"
 GRPC = "127.0.0.1:18000"
@@ -30,6 +31,7 @@ meshplane demo is running.
 
   north API     http://{HTTP}   (OpenAPI: http://{HTTP}/docs)
   agent sync    {GRPC}  ->  agent of cluster "demo" (xDS for gateways on {XDS})
+                mutual TLS: the server's CA and certificates are in {{pki}}
   gateway       http://{GATEWAY}   (Envoy admin: http://127.0.0.1:{ENVOY_ADMIN})
   upstream      http://127.0.0.1:{UPSTREAM_PORT}   (echoes what reaches it)
   logs          {{logs}}
@@ -95,6 +97,9 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         async with asyncio.timeout(30):
             await _wait_http(f"http://{HTTP}/readyz", server, "server")
         await start("upstream", sys.executable, "-m", "meshplane.sample_upstream", "demo-upstream", str(UPSTREAM_PORT))
+        # The server created its CA on start; the agent gets a certificate for cluster `demo` from it,
+        # as `meshplane certs issue-agent --cluster demo --out …` would hand it out.
+        tls = Pki.of_data_dir(data_dir / "server").export_agent("demo", data_dir / "agent-tls")
         await start(
             "agent",
             *me,
@@ -105,6 +110,12 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             "region=local",
             "--state-dir",
             data_dir / "agent",
+            "--tls-cert",
+            tls.certificate,
+            "--tls-key",
+            tls.key,
+            "--tls-ca",
+            tls.ca,
             "--log-format",
             "text",
         )
@@ -121,7 +132,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         )
         async with asyncio.timeout(30):
             await _wait_http(f"http://127.0.0.1:{ENVOY_ADMIN}/ready", gateway, "envoy")
-        print(TOUR.format(logs=logs.resolve()), flush=True)
+        print(TOUR.format(logs=logs.resolve(), pki=(data_dir / "server" / "pki").resolve()), flush=True)
         await stop.wait()
     finally:
         for proc in reversed(children):

@@ -1,4 +1,5 @@
-"""Publishes the translated Envoy configuration to the agent's gateways, make-before-break.
+"""Publishes the translated Envoy configuration to the agent's gateways, make-before-break, and tells
+whether the gateways took it.
 
 A change first adds new clusters beside the ones still in use, then switches listeners and routes,
 and removes clusters only once every connected gateway has acknowledged the routes that no longer
@@ -10,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import grpc
 from envoy.config.core.v3 import base_pb2
 
 from meshplane.agent.translate import EnvoyConfig
+from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
@@ -27,6 +30,9 @@ ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 ENVOY_TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
 GATEWAYS = "gateways"
 
+Wanted = dict[str, dict[str, str]]
+"""type URL -> resource name -> version."""
+
 
 def gateway_group(node: base_pb2.Node, context: grpc.aio.ServicerContext) -> str:
     """Every gateway of a cluster serves the same configuration."""
@@ -37,57 +43,115 @@ def _packed(messages: list, key: str = "name") -> dict[str, VersionedResource]:
     return {getattr(m, key): pack(getattr(m, key), m) for m in messages}
 
 
+@dataclass(frozen=True)
+class PublishOutcome:
+    """Applied: every gateway acknowledged it (or none is connected); Failed: one rejected it (Envoy's
+    message); Pending: no answer within the wait."""
+
+    state: DeliveryState
+    message: str = ""
+
+
+@dataclass
+class _NodeView:
+    acked: dict[str, dict[str, str]] = field(default_factory=dict)
+    rejected: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+
+
 class GatewayPublisher(NoCallbacks):
-    def __init__(self, cache: ResourceCache, ack_timeout: float = 5.0):
+    def __init__(
+        self,
+        cache: ResourceCache,
+        listener_name: str = "gateway",
+        route_config_name: str = "gateway",
+        ack_timeout: float = 5.0,
+    ):
         self.cache = cache
+        self.listener_name = listener_name
+        self.route_config_name = route_config_name
         self.ack_timeout = ack_timeout
         self._lock = asyncio.Lock()
-        self._acked_routes: dict[str, dict[str, str]] = {}
+        self._nodes: dict[str, _NodeView] = {}
         self._changed = asyncio.Condition()
 
-    async def publish(self, config: EnvoyConfig) -> None:
+    async def publish(self, config: EnvoyConfig) -> PublishOutcome:
         async with self._lock:
             clusters = _packed(config.clusters)
             endpoints = _packed(config.endpoints, "cluster_name")
             routes = _packed(config.routes)
             listeners = _packed(config.listeners)
+            final = {CLUSTER: clusters, ENDPOINT: endpoints, LISTENER: listeners, ROUTE: routes}
             kept_clusters = {**self.cache.resources(GATEWAYS, CLUSTER), **clusters}
             kept_endpoints = {**self.cache.resources(GATEWAYS, ENDPOINT), **endpoints}
-            self.cache.set_snapshot(
-                GATEWAYS, {CLUSTER: kept_clusters, ENDPOINT: kept_endpoints, LISTENER: listeners, ROUTE: routes}
-            )
+            transition = {**final, CLUSTER: kept_clusters, ENDPOINT: kept_endpoints}
             GATEWAY_PUBLISHES.inc()
-            if kept_clusters.keys() != clusters.keys() or kept_endpoints.keys() != endpoints.keys():
-                await self._wait_routes_acked(routes)
-                self.cache.set_snapshot(
-                    GATEWAYS, {CLUSTER: clusters, ENDPOINT: endpoints, LISTENER: listeners, ROUTE: routes}
-                )
+            self.cache.set_snapshot(GATEWAYS, transition)
+            if transition == final:
+                return await self._verdict(_versions(final))
+            outcome = await self._verdict(_versions(transition))
+            if outcome.state is DeliveryState.FAILED:
+                return outcome
+            self.cache.set_snapshot(GATEWAYS, final)
+            return await self._verdict(_versions(final))
 
-    async def _wait_routes_acked(self, routes: Mapping[str, VersionedResource]) -> None:
-        wanted = {name: r.version for name, r in routes.items()}
+    async def _verdict(self, wanted: Wanted) -> PublishOutcome:
+        """Wait until every gateway holds `wanted` or one rejected part of it, at most ack_timeout."""
+        outcome: PublishOutcome | None = None
 
-        def all_acked() -> bool:
-            return all(
-                all(acked.get(name) == version for name, version in wanted.items())
-                for acked in self._acked_routes.values()
-            )
+        def settled() -> bool:
+            nonlocal outcome
+            outcome = self._judge(wanted)
+            return outcome is not None
 
         async with self._changed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(all_acked), self.ack_timeout)
+                await asyncio.wait_for(self._changed.wait_for(settled), self.ack_timeout)
+        return outcome or PublishOutcome(DeliveryState.PENDING, "gateways have not acknowledged the configuration yet")
+
+    def _judge(self, wanted: Wanted) -> PublishOutcome | None:
+        waiting = False
+        for view in self._nodes.values():
+            for type_url, names in wanted.items():
+                rejected = view.rejected.get(type_url, {})
+                for name, version in names.items():
+                    if name in rejected and rejected[name][0] == version:
+                        return PublishOutcome(DeliveryState.FAILED, rejected[name][1])
+            if self.listener_name in view.acked.get(LISTENER, {}) and not self._gateway_holds(view, wanted):
+                waiting = True
+        return None if waiting else PublishOutcome(DeliveryState.APPLIED)
+
+    def _gateway_holds(self, view: _NodeView, wanted: Wanted) -> bool:
+        """An Envoy gateway asks for every listener, cluster and endpoint, but only for its own route
+        table (the others are for proxyless gRPC clients)."""
+        for type_url, names in wanted.items():
+            acked = view.acked.get(type_url, {})
+            for name, version in names.items():
+                if (type_url != ROUTE or name == self.route_config_name) and acked.get(name) != version:
+                    return False
+        return True
 
     async def on_stream_open(self, node: base_pb2.Node, group: str, delta: bool) -> None:
         async with self._changed:
-            self._acked_routes.setdefault(node.id, {})
+            self._nodes[node.id] = _NodeView()
 
     async def on_stream_close(self, node: base_pb2.Node, group: str) -> None:
         async with self._changed:
-            self._acked_routes.pop(node.id, None)
+            self._nodes.pop(node.id, None)
             self._changed.notify_all()
 
     async def on_ack(self, group: str, node: base_pb2.Node, type_url: str, versions: Mapping[str, str]) -> None:
-        if type_url != ROUTE:
-            return
         async with self._changed:
-            self._acked_routes.setdefault(node.id, {}).update(versions)
+            self._nodes.setdefault(node.id, _NodeView()).acked[type_url] = dict(versions)
             self._changed.notify_all()
+
+    async def on_nack(
+        self, group: str, node: base_pb2.Node, type_url: str, versions: Mapping[str, str], message: str
+    ) -> None:
+        async with self._changed:
+            rejected = self._nodes.setdefault(node.id, _NodeView()).rejected.setdefault(type_url, {})
+            rejected.update({name: (version, message) for name, version in versions.items()})
+            self._changed.notify_all()
+
+
+def _versions(snapshot: Mapping[str, Mapping[str, VersionedResource]]) -> Wanted:
+    return {type_url: {name: r.version for name, r in resources.items()} for type_url, resources in snapshot.items()}

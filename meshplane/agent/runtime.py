@@ -5,22 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Mapping
 
 import grpc
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
 from meshplane import __version__
-from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, gateway_group
+from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, PublishOutcome, gateway_group
+from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
+from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.security.tls import INSECURE_WARNING, agent_channel_credentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
 from meshplane.xds.server import XdsServer, add_to_server
@@ -28,6 +32,11 @@ from meshplane.xds.server import XdsServer, add_to_server
 log = get_logger("meshplane.agent")
 
 API_TYPE = REGISTRY.get("API").type_url
+_DELIVERY_STATES = {
+    DeliveryState.PENDING: control_plane_pb2.PENDING,
+    DeliveryState.APPLIED: control_plane_pb2.APPLIED,
+    DeliveryState.FAILED: control_plane_pb2.FAILED,
+}
 
 
 def decode(type_url: str, body: bytes) -> Resource:
@@ -45,18 +54,30 @@ class Agent:
         channel_credentials: grpc.ChannelCredentials | None = None,
     ):
         self.settings = settings
-        self.channel_credentials = channel_credentials
+        # mTLS unless told otherwise; TlsConfigError (no certificate configured) stops the agent here.
+        self.channel_credentials = channel_credentials or agent_channel_credentials(settings)
         self.gateway_cache = ResourceCache()
-        self.publisher = GatewayPublisher(self.gateway_cache)
         gw_host, gw_port = split_address(settings.gateway_address)
         self.gateway_settings = GatewaySettings(listener_address=gw_host, listener_port=gw_port)
+        self.publisher = GatewayPublisher(
+            self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
+        )
         self.objects: dict[str, dict[str, Resource]] = {}
+        self.serving: dict[str, dict[str, Resource]] = {}
+        self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
 
     def _open_channel(self) -> grpc.aio.Channel:
-        options = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+        options = [
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.enable_retries", 1),
+            ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
+            *agent_channel_options(self.settings),
+        ]
         if self.channel_credentials is None:
+            log.warning(INSECURE_WARNING)
             return grpc.aio.insecure_channel(self.settings.server, options=options)
         return grpc.aio.secure_channel(self.settings.server, self.channel_credentials, options=options)
 
@@ -71,10 +92,52 @@ class Agent:
                     log.error("held resource no longer validates; skipped", name=name, error=str(exc))
         return state
 
-    async def rebuild(self) -> None:
-        """Translate everything held into Envoy config and publish it to the gateways."""
-        apis = self.objects.get(API_TYPE, {}).values()
-        await self.publisher.publish(translate_apis(apis, self.gateway_settings))
+    def _servable(self) -> dict[str, dict[str, Resource]]:
+        """What the gateways should serve: everything held, except versions they rejected, for which the
+        last version they took stays in force (or nothing, for an object they never took)."""
+        assert self.state is not None
+        servable: dict[str, dict[str, Resource]] = {}
+        for type_url, held in self.objects.items():
+            versions = self.state.versions(type_url)
+            out = servable[type_url] = {}
+            for name, resource in held.items():
+                if self.state.rejected.get((type_url, name)) != versions.get(name):
+                    out[name] = resource
+                elif (good := self.serving.get(type_url, {}).get(name)) is not None:
+                    out[name] = good
+        return servable
+
+    async def _publish(self, servable: dict[str, dict[str, Resource]]) -> PublishOutcome:
+        apis = servable.get(API_TYPE, {}).values()
+        return await self.publisher.publish(translate_apis(apis, self.gateway_settings))
+
+    async def rebuild(self, changed: Mapping[tuple[str, str], str] | None = None) -> None:
+        """Publish what is held to the gateways and report how `changed` (type URL, name -> version) fared.
+
+        When the gateways reject the new configuration, the changed versions are remembered as rejected
+        and the last good configuration is published again: Envoy keeps serving it, and so do we.
+        """
+        assert self.state is not None
+        servable = self._servable()
+        outcome = await self._publish(servable)
+        if outcome.state is DeliveryState.FAILED and changed:
+            log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
+            for (type_url, name), version in changed.items():
+                await self.state.reject(type_url, name, version)
+            servable = self._servable()
+            await self._publish(servable)
+        if outcome.state is not DeliveryState.FAILED or changed:
+            self.serving = servable
+        if changed and self.reporter is not None:
+            state = _DELIVERY_STATES[outcome.state]
+            await self.reporter.report_status(
+                [
+                    control_plane_pb2.ObjectDelivery(
+                        type_url=type_url, name=name, version=version, state=state, message=outcome.message
+                    )
+                    for (type_url, name), version in changed.items()
+                ]
+            )
 
     async def apply_update(self, update: DeltaUpdate) -> None:
         """Validate a whole delta before keeping any of it: a bad resource NACKs the response."""
@@ -90,6 +153,7 @@ class Agent:
                 raise UpdateRejected(f"{resource.name}: {exc}") from None
             upserts.append(HeldResource(resource.name, resource.version, message_bytes))
         await self.state.apply(update.type_url, upserts, update.removed)
+        changed = {(update.type_url, r.name): r.version for r in upserts}
         held = self.objects.setdefault(update.type_url, {})
         held.update(decoded)
         for name in update.removed:
@@ -98,7 +162,7 @@ class Agent:
         log.info(
             "update applied", type=update.type_url.rsplit(".", 1)[-1], upserts=len(upserts), removed=len(update.removed)
         )
-        await self.rebuild()
+        await self.rebuild(changed)
 
     async def register(self) -> None:
         """Announce this cluster until the server answers; the gateways keep serving meanwhile."""
@@ -135,6 +199,7 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.state = await self._load_state()
+        self.reporter = Reporter(self.state, lambda: self._channel, self.settings.cluster)  # type: ignore[arg-type,return-value]
         await self.rebuild()
         xds = grpc.aio.server()
         add_to_server(
@@ -157,16 +222,19 @@ class Agent:
         )
         self._channel = self._open_channel()
         sync_task = asyncio.create_task(self.sync(), name="cp-sync")
+        report_task = asyncio.create_task(self.reporter.run(), name="reports")
         try:
             done, _ = await asyncio.wait(
-                [asyncio.create_task(stop.wait()), sync_task], return_when=asyncio.FIRST_COMPLETED
+                [asyncio.create_task(stop.wait()), sync_task, report_task], return_when=asyncio.FIRST_COMPLETED
             )
-            if sync_task in done and sync_task.exception() is not None:
-                raise sync_task.exception()  # type: ignore[misc]
+            for task in done:
+                if task is not None and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
         finally:
-            sync_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sync_task
+            for task in (sync_task, report_task):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             await xds.stop(grace=0.5)
             await self._channel.close()
             await self.state.close()

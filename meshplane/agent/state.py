@@ -7,6 +7,7 @@ It survives restarts, so an agent serves its gateways from it before the control
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,20 @@ CREATE TABLE IF NOT EXISTS resources (
     body BLOB NOT NULL,
     PRIMARY KEY (type_url, name)
 );
+CREATE TABLE IF NOT EXISTS rejected (
+    type_url TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    PRIMARY KEY (type_url, name)
+);
+CREATE TABLE IF NOT EXISTS reports (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    body BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
 
 
@@ -33,11 +48,24 @@ class HeldResource:
 
 
 class LocalState:
-    """Reads come from memory; every change is committed to disk before it is acknowledged."""
+    """Reads come from memory; every change is committed to disk before it is acknowledged.
 
-    def __init__(self, db: aiosqlite.Connection, held: dict[str, dict[str, HeldResource]]):
+    Besides the resources it keeps the versions the gateways rejected (never served again) and the
+    reports not yet accepted by the server, in the order they were made.
+    """
+
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        held: dict[str, dict[str, HeldResource]],
+        rejected: dict[tuple[str, str], str],
+        instance: str,
+    ):
         self._db = db
         self._held = held
+        self.rejected = rejected
+        self.instance = instance
+        """A random id of this state, so report keys never repeat even after the state is wiped."""
 
     @classmethod
     async def open(cls, state_dir: Path) -> LocalState:
@@ -50,7 +78,13 @@ class LocalState:
         async with db.execute("SELECT type_url, name, version, body FROM resources") as rows:
             async for type_url, name, version, body in rows:
                 held.setdefault(type_url, {})[name] = HeldResource(name, version, bytes(body))
-        return cls(db, held)
+        async with db.execute("SELECT type_url, name, version FROM rejected") as rows:
+            rejected = {(type_url, name): version async for type_url, name, version in rows}
+        await db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?)", (uuid.uuid4().hex,))
+        await db.commit()
+        async with db.execute("SELECT value FROM meta WHERE key = 'instance'") as rows:
+            (instance,) = await rows.fetchone()  # type: ignore[misc]
+        return cls(db, held, rejected, instance)
 
     async def close(self) -> None:
         await self._db.close()
@@ -78,3 +112,25 @@ class LocalState:
             held[r.name] = r
         for name in removals:
             held.pop(name, None)
+
+    async def reject(self, type_url: str, name: str, version: str) -> None:
+        """Remember that the gateways refused this version, so it is not served again."""
+        await self._db.execute(
+            "INSERT OR REPLACE INTO rejected (type_url, name, version) VALUES (?, ?, ?)", (type_url, name, version)
+        )
+        await self._db.commit()
+        self.rejected[(type_url, name)] = version
+
+    async def enqueue_report(self, body: bytes) -> int:
+        """Keep a report until the server has taken it; its sequence number makes its idempotency key."""
+        cursor = await self._db.execute("INSERT INTO reports (body) VALUES (?)", (body,))
+        await self._db.commit()
+        return int(cursor.lastrowid or 0)
+
+    async def pending_reports(self, limit: int = 50) -> list[tuple[int, bytes]]:
+        async with self._db.execute("SELECT seq, body FROM reports ORDER BY seq LIMIT ?", (limit,)) as rows:
+            return [(int(seq), bytes(body)) async for seq, body in rows]
+
+    async def drop_report(self, seq: int) -> None:
+        await self._db.execute("DELETE FROM reports WHERE seq = ?", (seq,))
+        await self._db.commit()

@@ -50,15 +50,15 @@ def from_message(info: KindInfo, message: Message) -> Resource:
         if value:
             metadata[key] = value
     spec = json_format.MessageToDict(message.spec)  # type: ignore[attr-defined]
-    return REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": _integral(spec)})
+    return REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": integral(spec)})
 
 
-def _integral(value: object) -> object:
+def integral(value: object) -> object:
     """Struct carries every number as a double; give whole numbers back as ints."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
+        return {k: integral(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_integral(v) for v in value]
+        return [integral(v) for v in value]
     return value

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import grpc
+from google.protobuf import json_format
 
 from meshplane.model.meta import check_name
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import InvalidObject
+from meshplane.model.status import DeliveryState
+from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.store.errors import AlreadyExists, NotFound
+from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.control_plane")
@@ -46,16 +53,97 @@ class ClusterRegistry:
             await self.store.set_status("Cluster", "", cluster, status)
 
 
+_STATES = {
+    control_plane_pb2.PENDING: DeliveryState.PENDING,
+    control_plane_pb2.APPLIED: DeliveryState.APPLIED,
+    control_plane_pb2.FAILED: DeliveryState.FAILED,
+}
+
+
+def delivery_of(cluster: str, entry: control_plane_pb2.ObjectDelivery, at: datetime) -> Delivery:
+    """A reported delivery as the store keeps it; ValueError for an unknown type or state."""
+    try:
+        info = REGISTRY.by_type_url(entry.type_url)
+    except KeyError:
+        raise ValueError(f"{entry.type_url!r} is not a delivered type") from None
+    if entry.state not in _STATES:
+        raise ValueError(f"{entry.name}: no delivery state")
+    project, _, name = entry.name.rpartition("/")
+    return Delivery(cluster, info.kind, project, name, entry.version, _STATES[entry.state].value, entry.message, at)
+
+
 class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
-    def __init__(self, clusters: ClusterRegistry):
+    def __init__(self, clusters: ClusterRegistry, reported: Callable[[], None] = lambda: None):
         self.clusters = clusters
+        self.store = clusters.store
+        self.reported = reported
+
+    async def _check_cluster(self, cluster: str, context: grpc.aio.ServicerContext) -> None:
+        try:
+            check_name(cluster)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cluster: {exc}")
 
     async def RegisterCluster(
         self, request: control_plane_pb2.RegisterClusterRequest, context: grpc.aio.ServicerContext
     ) -> control_plane_pb2.RegisterClusterResponse:
-        try:
-            check_name(request.cluster)
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"cluster: {exc}")
+        await self._check_cluster(request.cluster, context)
         revision = await self.clusters.register(request.cluster, request.agent_version, dict(request.labels))
         return control_plane_pb2.RegisterClusterResponse(revision=revision)
+
+    async def ReportStatus(
+        self, request: control_plane_pb2.ReportStatusRequest, context: grpc.aio.ServicerContext
+    ) -> control_plane_pb2.ReportResponse:
+        await self._check_cluster(request.cluster, context)
+        at = datetime.now(UTC)
+        try:
+            deliveries = [delivery_of(request.cluster, entry, at) for entry in request.deliveries]
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        applied = await self.store.record_deliveries(deliveries, request.idempotency_key or None)
+        if applied:
+            self.reported()
+        await self.clusters.update_status(request.cluster, lastSeen=at.isoformat())
+        return control_plane_pb2.ReportResponse(duplicate=not applied)
+
+    async def ReportObjects(
+        self, request: control_plane_pb2.ReportObjectsRequest, context: grpc.aio.ServicerContext
+    ) -> control_plane_pb2.ReportResponse:
+        """Objects made in the cluster are kept with origin `cluster/<name>`; an object the control plane
+        owns, or another cluster made, is never overwritten by a report."""
+        await self._check_cluster(request.cluster, context)
+        origin = f"cluster/{request.cluster}"
+        for local in request.objects:
+            try:
+                await self._keep_local_object(local, origin)
+            except InvalidObject as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{local.kind} {local.name}: {exc}")
+        if request.idempotency_key:
+            await self.store.claim_idempotency_key(request.idempotency_key)
+        return control_plane_pb2.ReportResponse()
+
+    async def _keep_local_object(self, local: control_plane_pb2.LocalObject, origin: str) -> None:
+        info = REGISTRY.resolve(local.kind)
+        project = local.project if info.namespaced else ""
+        try:
+            current = await self.store.get(info.kind, project, local.name)
+        except NotFound:
+            current = None
+        if current is not None and current.origin != origin:
+            log.warning("local object shadows one owned elsewhere; not stored", kind=info.kind, name=local.name)
+            return
+        if local.deleted:
+            if current is not None:
+                await self.store.delete(info.kind, project, local.name)
+            return
+        metadata = {"name": local.name, "labels": dict(local.labels), **({"project": project} if project else {})}
+        spec = json_format.MessageToDict(local.spec)
+        resource = REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": integral(spec)})
+        await self.store.put(
+            info.kind,
+            project,
+            local.name,
+            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            labels=resource.metadata.labels,
+            origin=origin,
+        )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 import grpc
 import uvicorn
@@ -12,10 +14,16 @@ from envoy.config.core.v3 import base_pb2
 from meshplane.config import ServerSettings, split_address
 from meshplane.model.meta import check_name
 from meshplane.observability.logging import get_logger
-from meshplane.proto.v1 import control_plane_pb2_grpc
+from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
+from meshplane.security.tls import INSECURE_WARNING, server_credentials
 from meshplane.server.app import create_app
-from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, now
+from meshplane.server.cluster_resources import cluster_resources_router
+from meshplane.server.compaction import Compactor
+from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
+from meshplane.server.leader import Leadership
 from meshplane.server.projection import FleetProjection
+from meshplane.server.status import StatusRollup
 from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import AlreadyExists
 from meshplane.store.store import Store
@@ -27,20 +35,49 @@ log = get_logger("meshplane.server")
 DEFAULT_PROJECT = "default"
 
 
+def keepalive_options(interval: float, timeout: float) -> list[tuple[str, int]]:
+    """Ping every agent after `interval` seconds of silence and drop it after `timeout` more: a stalled
+    link (no FIN, no RST) ends its stream, and so marks its cluster disconnected, within both."""
+    return [
+        ("grpc.keepalive_time_ms", int(interval * 1000)),
+        ("grpc.keepalive_timeout_ms", int(timeout * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+    ]
+
+
 def cluster_of_node(node: base_pb2.Node, context: grpc.aio.ServicerContext) -> str:
-    """The cache group of an agent's stream: its cluster, named by the node id."""
+    """The cache group of an agent's stream: its cluster, named by the node id and, over mTLS, by its certificate."""
     try:
-        return check_name(node.id)
+        cluster = check_name(node.id)
     except ValueError as exc:
         raise PermissionError(f"node id: {exc}") from None
+    authorize_cluster(context, cluster)
+    return cluster
 
 
 class ClusterPresence(NoCallbacks):
-    """Marks clusters connected while their agent holds a sync stream."""
+    """Marks clusters connected while their agent holds a sync stream, and keeps what it rejected."""
 
-    def __init__(self, clusters: ClusterRegistry):
+    def __init__(self, clusters: ClusterRegistry, reported: Callable[[], None]):
         self.clusters = clusters
+        self.reported = reported
         self.streams: dict[str, int] = {}
+
+    async def on_nack(
+        self, group: str, node: base_pb2.Node, type_url: str, versions: Mapping[str, str], message: str
+    ) -> None:
+        """An agent refused a delivery: that version is Failed at that cluster, with the agent's reason."""
+        at = datetime.now(UTC)
+        entries = [
+            control_plane_pb2.ObjectDelivery(
+                type_url=type_url, name=name, version=version, state=control_plane_pb2.FAILED, message=message
+            )
+            for name, version in versions.items()
+        ]
+        await self.clusters.store.record_deliveries(delivery_of(group, entry, at) for entry in entries)
+        self.reported()
 
     async def on_stream_open(self, node: base_pb2.Node, group: str, delta: bool) -> None:
         self.streams[group] = self.streams.get(group, 0) + 1
@@ -67,25 +104,38 @@ async def run_server(
 ) -> None:
     """Serve until `stop` is set, then shut everything down in order."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.insecure:
+        log.warning(INSECURE_WARNING)
+    elif grpc_credentials is None:
+        grpc_credentials = server_credentials(settings)
     store = await Store.open(settings.store_url)
     await ensure_default_project(store)
     cache = ResourceCache()
     projection = FleetProjection(cache)
     feeder = ProjectionFeeder(store, projection)
     clusters = ClusterRegistry(store)
+    leadership = Leadership(store)
+    rollup = StatusRollup(store, projection, clusters, leadership)
+    compactor = Compactor(store, leadership, settings.event_retention, settings.compaction_interval)
 
-    grpc_server = grpc.aio.server()
-    add_to_server(
-        XdsServer(cache, node_group=cluster_of_node, callbacks=ClusterPresence(clusters), name="sync"), grpc_server
+    grpc_server = grpc.aio.server(
+        interceptors=None if grpc_credentials is None else [ClusterIdentityInterceptor()],
+        options=keepalive_options(settings.keepalive_interval, settings.keepalive_timeout),
     )
-    control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(ControlPlaneService(clusters), grpc_server)
+    add_to_server(
+        XdsServer(cache, node_group=cluster_of_node, callbacks=ClusterPresence(clusters, rollup.wake.set), name="sync"),
+        grpc_server,
+    )
+    control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
+        ControlPlaneService(clusters, rollup.wake.set), grpc_server
+    )
     if grpc_credentials is None:
         grpc_server.add_insecure_port(settings.grpc_address)
     else:
         grpc_server.add_secure_port(settings.grpc_address, grpc_credentials)
 
     app = create_app(store, ready=feeder.ready.is_set)
-    app.state.projection = projection
+    app.include_router(cluster_resources_router(projection))
     host, port = split_address(settings.http_address)
     http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
@@ -97,6 +147,11 @@ async def run_server(
         feeder_task.result()
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="north-api")
+    background = [
+        asyncio.create_task(leadership.run(), name="leadership"),
+        asyncio.create_task(rollup.run(), name="status-rollup"),
+        asyncio.create_task(compactor.run(), name="compaction"),
+    ]
     log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
     try:
         done, _ = await asyncio.wait(
@@ -109,9 +164,10 @@ async def run_server(
         log.info("server stopping")
         http.should_exit = True
         await grpc_server.stop(grace=1.0)
-        feeder_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await feeder_task
+        for task in (feeder_task, *background):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(http_task, timeout=5)
         await store.close()

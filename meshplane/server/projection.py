@@ -51,6 +51,7 @@ class FleetProjection:
         self.clusters: dict[str, dict[str, str]] = {}
         self.objects: dict[ObjectKey, DeliveredObject] = {}
         self.placed: dict[ObjectKey, frozenset[str]] = {}
+        self._dirty: set[ObjectKey] = set()
 
     def reset(self, objects: Iterable[StoredObject], clusters: Iterable[StoredObject]) -> None:
         """Rebuild from a consistent snapshot of the store; every cluster's set is replaced at once."""
@@ -60,6 +61,7 @@ class FleetProjection:
             if (delivered := self._deliver(stored)) is not None:
                 self.objects[(stored.kind, stored.project, stored.name)] = delivered
         self.placed = {key: self._placement(obj) for key, obj in self.objects.items()}
+        self._dirty.update(self.objects)
         for group in set(self.cache.groups()) | set(self.clusters):
             self._publish_cluster(group)
 
@@ -73,6 +75,7 @@ class FleetProjection:
         after = self._placement(delivered)
         self.objects[key] = delivered
         self.placed[key] = after
+        self._dirty.add(key)
         type_url = delivered.info.type_url
         for cluster in after:
             self.cache.update(cluster, type_url, upserts=[delivered.resource])
@@ -80,6 +83,7 @@ class FleetProjection:
             self.cache.update(cluster, type_url, removals=[delivered.resource.name])
 
     def remove_object(self, key: ObjectKey) -> None:
+        self._dirty.add(key)
         delivered = self.objects.pop(key, None)
         placed = self.placed.pop(key, frozenset())
         if delivered is None:
@@ -97,6 +101,11 @@ class FleetProjection:
         if self.clusters.pop(name, None) is not None:
             self._replace_cluster(name)
 
+    def take_dirty(self) -> set[ObjectKey]:
+        """Objects whose version or placement changed since the last call: what status must look at."""
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
     def cluster_resources(self, cluster: str) -> dict[str, dict[str, VersionedResource]]:
         """What one cluster receives: type URL -> name -> resource."""
         return {info.type_url: dict(self.cache.resources(cluster, info.type_url)) for info in REGISTRY.delivered()}
@@ -109,6 +118,7 @@ class FleetProjection:
             else:
                 placed.discard(name)
             self.placed[key] = frozenset(placed)
+        self._dirty.update(self.objects)
         self._publish_cluster(name)
 
     def _publish_cluster(self, cluster: str) -> None:

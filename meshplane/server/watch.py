@@ -25,8 +25,9 @@ _TYPES = {"create": "ADDED", "update": "MODIFIED", "status": "MODIFIED", "delete
 async def watch_events(
     store: Store, since: int, kind: str | None = None, project: str | None = None, poll: float = 15.0
 ) -> AsyncIterator[dict[str, Any]]:
-    """Change events after `since`, level-triggered: an event whose object changed again later is
-    skipped, since the later event carries the newer state. A consumer behind the compaction
+    """Change events after `since`, level-triggered: each event carries the newest state of its object,
+    and the later events of a state already sent are skipped (a create then a status update reads
+    as ADDED with the status in it). A consumer behind the compaction
     window gets one ERROR event (code 410) and must re-list.
 
     A DELETED event carries the object as this stream last sent it, so the stream remembers what it sent."""
@@ -60,10 +61,14 @@ async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | N
             stored = await store.get(event.kind, event.project, event.name)
         except NotFound:
             return None
-        if stored.revision != event.revision:
-            return None
+        if key in sent and sent[key]["metadata"]["resourceVersion"] == str(stored.revision):
+            return None  # this stream already sent the newest state, under an earlier event of it
         obj = sent[key] = to_resource(info, stored).to_wire()
-    return {"type": _TYPES[event.op], "revision": event.revision, "object": obj}
+    return {
+        "type": _TYPES[event.op],
+        "revision": stored.revision if event.op != "delete" else event.revision,
+        "object": obj,
+    }
 
 
 def watch_router(store: Store) -> APIRouter:

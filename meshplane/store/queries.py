@@ -145,3 +145,9 @@ async def drop_deliveries(conn: AsyncConnection, kind: str, project: str, name: 
     await conn.execute(
         delete(deliveries).where(deliveries.c.kind == kind, deliveries.c.project == project, deliveries.c.name == name)
     )
+
+
+async def last_revision_before(conn: AsyncConnection, at: datetime) -> int | None:
+    """The newest event revision written before `at`, if any: where a time-based compaction may cut."""
+    statement = select(events.c.revision).where(events.c.created_at < at).order_by(events.c.revision.desc()).limit(1)
+    return (await conn.execute(statement)).scalar_one_or_none()

@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
+import asyncpg
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.store import migrate, queries
@@ -24,6 +26,7 @@ from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
 from meshplane.store.records import Delivery, Event, StoredObject
 
+NOTIFY_CHANNEL = "meshplane_events"
 _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
 
@@ -84,6 +87,26 @@ class Store:
             asyncio.Lock() if engines.dialect == "sqlite" else contextlib.nullcontext()
         )
         self._written = asyncio.Event()
+        self._listener: Any = None
+
+    @property
+    def driver_dsn(self) -> str:
+        """The database URL as asyncpg itself takes it (for LISTEN and advisory-lock connections)."""
+        return self._engines.base.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def _listen(self) -> None:
+        """On PostgreSQL, wake waiters when any replica commits (NOTIFY); polling stays as the fallback."""
+        if self.dialect != "postgresql" or (self._listener is not None and not self._listener.is_closed()):
+            return
+        try:
+            self._listener = await asyncpg.connect(self.driver_dsn)
+            await self._listener.add_listener(NOTIFY_CHANNEL, lambda *_: self._wake())
+        except (OSError, asyncpg.PostgresError):
+            self._listener = None
+
+    def _wake(self) -> None:
+        self._written.set()
+        self._written = asyncio.Event()
 
     @classmethod
     async def open(cls, url: str) -> Store:
@@ -97,6 +120,9 @@ class Store:
         return cls(engines)
 
     async def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
         await self._engines.base.dispose()
 
     @property
@@ -293,6 +319,10 @@ class Store:
                 raise Compacted(revision, floor)
             return await queries.events_after(conn, revision, limit)
 
+    async def last_revision_before(self, at: datetime) -> int | None:
+        async with self._reading() as conn:
+            return await queries.last_revision_before(conn, at)
+
     async def current_revision(self) -> int:
         async with self._reading() as conn:
             revision, _ = await queries.read_meta(conn)
@@ -303,6 +333,7 @@ class Store:
 
         This instance's writes wake the wait at once; polling catches writes made by other processes.
         """
+        await self._listen()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -330,10 +361,15 @@ class Store:
             write = _Write(conn, revision, datetime.now(UTC))
             yield write
             if write.changed:
+                if self.dialect == "postgresql":
+                    # Delivered at commit: other replicas' waits wake without polling.
+                    await conn.execute(
+                        text("SELECT pg_notify(:channel, :revision)"),
+                        {"channel": NOTIFY_CHANNEL, "revision": str(revision)},
+                    )
                 await conn.commit()
         if write.changed:
-            self._written.set()
-            self._written = asyncio.Event()
+            self._wake()
 
     @contextlib.asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:

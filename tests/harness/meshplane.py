@@ -1,4 +1,8 @@
-"""Run meshplane's own processes in tests: a server and agents, on free ports, always stopped."""
+"""Run meshplane's own processes in tests: a server and agents, on free ports, always stopped.
+
+They talk mutual TLS, as in production: the server creates its CA in its data directory, and each
+agent gets a certificate for its cluster from that CA. `insecure=True` runs both in plaintext.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
+from meshplane.security.ca import CertificateFiles, Pki
 from tests.harness.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
@@ -27,6 +34,8 @@ class ServerProcess:
     process: Process
     http_port: int
     grpc_port: int
+    data_dir: Path
+    insecure: bool = False
 
     @property
     def url(self) -> str:
@@ -35,6 +44,19 @@ class ServerProcess:
     @property
     def grpc_address(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def pki(self) -> Pki:
+        return Pki.of_data_dir(self.data_dir)
+
+    def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
+        """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""
+        if self.insecure:
+            return None
+        files = self.pki.ensure_agent(cluster)
+        return grpc.ssl_channel_credentials(
+            files.ca.read_bytes(), files.key.read_bytes(), files.certificate.read_bytes()
+        )
 
 
 @dataclass
@@ -45,7 +67,9 @@ class AgentProcess:
     gateway_port: int
 
 
-def server_argv(data_dir: Path, http_port: int, grpc_port: int, database_url: str | None = None) -> list[str]:
+def server_argv(
+    data_dir: Path, http_port: int, grpc_port: int, database_url: str | None = None, insecure: bool = False
+) -> list[str]:
     argv = [
         *MESHPLANE,
         "server",
@@ -56,27 +80,52 @@ def server_argv(data_dir: Path, http_port: int, grpc_port: int, database_url: st
         "--grpc-address",
         f"127.0.0.1:{grpc_port}",
     ]
-    return argv + (["--database-url", database_url] if database_url else [])
+    return argv + (["--database-url", database_url] if database_url else []) + (["--insecure"] if insecure else [])
 
 
 @contextlib.contextmanager
 def run_server(
-    tmp_path: Path, database_url: str | None = None, name: str = "server", ports: tuple[int, int] | None = None
+    tmp_path: Path,
+    database_url: str | None = None,
+    name: str = "server",
+    ports: tuple[int, int] | None = None,
+    insecure: bool = False,
 ) -> Iterator[ServerProcess]:
-    """A management server; `ports` (http, grpc) lets a test restart it where agents expect it."""
+    """A management server, its data (and CA) in tmp_path/<name>; `ports` (http, grpc) lets a test
+    restart it where agents expect it."""
     http_port, grpc_port = ports or (free_port(), free_port())
-    argv = server_argv(tmp_path / name, http_port, grpc_port, database_url)
+    argv = server_argv(tmp_path / name, http_port, grpc_port, database_url, insecure)
     with running(argv, tmp_path / f"{name}.log") as process:
-        server = ServerProcess(process, http_port, grpc_port)
+        server = ServerProcess(process, http_port, grpc_port, tmp_path / name, insecure)
         process.wait_ready(lambda: _http_ok(f"{server.url}/readyz"), 30.0, "the server to be ready")
         yield server
 
 
+def agent_tls_argv(files: CertificateFiles) -> list[str]:
+    return ["--tls-cert", str(files.certificate), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
+
+
 @contextlib.contextmanager
 def run_agent(
-    tmp_path: Path, cluster: str, server_grpc: str, labels: dict[str, str] | None = None
+    tmp_path: Path,
+    cluster: str,
+    server_grpc: str | ServerProcess,
+    labels: dict[str, str] | None = None,
+    insecure: bool | None = None,
 ) -> Iterator[AgentProcess]:
-    """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts)."""
+    """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts).
+
+    Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
+    address, from the CA in tmp_path/server (run_server's default), created there if the server has
+    not started yet. `insecure` defaults to the server's.
+    """
+    if isinstance(server_grpc, ServerProcess):
+        pki, address = server_grpc.pki, server_grpc.grpc_address
+        insecure = server_grpc.insecure if insecure is None else insecure
+    else:
+        pki, address = Pki.of_data_dir(tmp_path / "server"), server_grpc
+    tls_dir = tmp_path / f"agent-{cluster}-tls"
+    tls = ["--insecure"] if insecure else agent_tls_argv(pki.export_agent(cluster, tls_dir))
     xds_port, gateway_port = free_port(), free_port()
     argv = [
         *MESHPLANE,
@@ -84,13 +133,14 @@ def run_agent(
         "--cluster",
         cluster,
         "--server",
-        server_grpc,
+        address,
         "--state-dir",
         str(tmp_path / f"agent-{cluster}"),
         "--xds-address",
         f"127.0.0.1:{xds_port}",
         "--gateway-address",
         f"127.0.0.1:{gateway_port}",
+        *tls,
     ]
     for key, value in (labels or {}).items():
         argv += ["--label", f"{key}={value}"]

@@ -19,15 +19,24 @@ API_TYPE = REGISTRY.get("API").type_url
 
 @dataclass
 class SyncProbe:
-    """Holds name -> version per type like an agent would, starting from `held`."""
+    """Holds name -> version per type like an agent would, starting from `held`.
+
+    `credentials` (e.g. `ServerProcess.agent_credentials(cluster)`) make it dial over TLS.
+    """
 
     server: str
     cluster: str
     held: dict[str, dict[str, str]] = field(default_factory=dict)
     updates: list[DeltaUpdate] = field(default_factory=list)
+    credentials: grpc.ChannelCredentials | None = None
+
+    def channel(self) -> grpc.aio.Channel:
+        if self.credentials is None:
+            return grpc.aio.insecure_channel(self.server)
+        return grpc.aio.secure_channel(self.server, self.credentials)
 
     async def register(self, labels: dict[str, str] | None = None) -> None:
-        async with grpc.aio.insecure_channel(self.server) as channel:
+        async with self.channel() as channel:
             stub = control_plane_pb2_grpc.ControlPlaneStub(channel)
             await stub.RegisterCluster(
                 control_plane_pb2.RegisterClusterRequest(cluster=self.cluster, labels=labels or {}), timeout=10
@@ -42,7 +51,7 @@ class SyncProbe:
 
     async def sync_until(self, done: Callable[[SyncProbe], bool], seconds: float = 10.0) -> None:
         """Connect with what is held, take updates until `done` holds, then disconnect."""
-        channel = grpc.aio.insecure_channel(self.server)
+        channel = self.channel()
         client = DeltaClient(
             lambda: channel,
             base_pb2.Node(id=self.cluster),

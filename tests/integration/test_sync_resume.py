@@ -28,7 +28,7 @@ async def test_reconnecting_agent_receives_only_what_changed_and_the_names_remov
             for name in ("alpha", "bravo", "charlie"):
                 await put(http, api(name))
             await put(http, api("elsewhere", cluster="edge-2"))
-            probe = SyncProbe(server.grpc_address, "edge-1")
+            probe = SyncProbe(server.grpc_address, "edge-1", credentials=server.agent_credentials("edge-1"))
             await probe.register()
             await probe.sync_until(lambda p: p.names() == {"default/alpha", "default/bravo", "default/charlie"})
             before = dict(probe.held[API_TYPE])
@@ -56,7 +56,10 @@ async def test_an_agent_receives_only_objects_placed_on_its_cluster(tmp_path: Pa
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
             await put(http, api("everywhere"))
             await put(http, api("only-two", cluster="edge-2"))
-            one, two = SyncProbe(server.grpc_address, "edge-1"), SyncProbe(server.grpc_address, "edge-2")
+            one, two = (
+                SyncProbe(server.grpc_address, name, credentials=server.agent_credentials(name))
+                for name in ("edge-1", "edge-2")
+            )
             for probe in (one, two):
                 await probe.register()
             await one.sync_until(lambda p: "default/everywhere" in p.names())

@@ -28,6 +28,15 @@ class Api:
         """Project and name are DNS labels (no dots), so this never collides across projects."""
         return f"api.{self.project}.{self.name}.{index}"
 
+    @property
+    def grpc_target(self) -> str:
+        """What proxyless gRPC clients dial, as `xds:///<api>.<project>`; also the name of their listener."""
+        return f"{self.name}.{self.project}"
+
+    @property
+    def grpc_route_config_name(self) -> str:
+        return f"grpc.{self.project}.{self.name}"
+
     def serving(self) -> list[tuple[int, Backend]]:
         """The backends that receive traffic (weight above 0), with their index in the spec."""
         return [(index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ipaddress
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import protocol_pb2
+from envoy.config.core.v3 import base_pb2, protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.common import ads_source, duration, packed, socket_address
 from meshplane.model.kinds import Backend, BackendProtocol
@@ -47,12 +47,18 @@ def inline_cluster(
 
 
 def load_assignment(name: str, host: str, port: int) -> endpoint_pb2.ClusterLoadAssignment:
+    """One endpoint in one locality. The locality is explicit and weighted because gRPC's xDS client refuses
+    a locality that is absent and ignores one without a weight; Envoy ignores locality weights unless the
+    cluster asks for locality-weighted balancing, which ours do not."""
     endpoint = endpoint_components_pb2.LbEndpoint(
         endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
     )
-    return endpoint_pb2.ClusterLoadAssignment(
-        cluster_name=name, endpoints=[endpoint_components_pb2.LocalityLbEndpoints(lb_endpoints=[endpoint])]
+    locality = endpoint_components_pb2.LocalityLbEndpoints(
+        locality=base_pb2.Locality(),
+        lb_endpoints=[endpoint],
+        load_balancing_weight=wrappers_pb2.UInt32Value(value=1),
     )
+    return endpoint_pb2.ClusterLoadAssignment(cluster_name=name, endpoints=[locality])
 
 
 def is_ip_literal(host: str) -> bool:

@@ -22,7 +22,8 @@ class GatewaySettings:
 
 @dataclass(frozen=True)
 class EnvoyConfig:
-    """One snapshot of everything the gateway serves; every list is sorted by resource name."""
+    """One snapshot of everything the agent serves over xDS, to its gateways and to proxyless gRPC clients
+    alike (each subscribes to what it uses); every list is sorted by resource name."""
 
     listeners: list[listener_pb2.Listener]
     routes: list[route_pb2.RouteConfiguration]

@@ -21,7 +21,7 @@ def gateway_listener(settings: GatewaySettings) -> listener_pb2.Listener:
         stat_prefix=settings.listener_name,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads_source(), route_config_name=settings.route_config_name),
-        http_filters=[hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=packed(router_pb2.Router()))],
+        http_filters=[router_filter()],
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         strip_any_host_port=True,
@@ -35,3 +35,8 @@ def gateway_listener(settings: GatewaySettings) -> listener_pb2.Listener:
             )
         ],
     )
+
+
+def router_filter() -> hcm_pb2.HttpFilter:
+    """The terminal HTTP filter; Envoy and gRPC both want it last in the chain."""
+    return hcm_pb2.HttpFilter(name=ROUTER_FILTER, typed_config=packed(router_pb2.Router()))

@@ -77,6 +77,17 @@ def route_match(pattern: PathPattern) -> route_components_pb2.RouteMatch:
     return route_components_pb2.RouteMatch(path_separated_prefix=pattern.path())
 
 
+def grpc_route_match(pattern: PathPattern) -> route_components_pb2.RouteMatch:
+    """The matcher for gRPC's xDS client, which refuses `path_separated_prefix` and ignores a prefix with more
+    than two slashes. Its request paths are always `/service/method`, so a literal rest becomes a prefix
+    ending in `/` for one segment and a regex below that; other patterns match as they do in Envoy."""
+    if pattern.literal and pattern.rest and len(pattern.segments) == 1:
+        return route_components_pb2.RouteMatch(prefix=pattern.path() + "/")
+    if pattern.literal and pattern.rest and pattern.segments:
+        return route_components_pb2.RouteMatch(safe_regex=regex_pb2.RegexMatcher(regex=pattern.regex()))
+    return route_match(pattern)
+
+
 def base_rewrite(base: PathPattern, backend_base_path: str) -> regex_pb2.RegexMatchAndSubstitute | None:
     """Replace the API's basePath by the backend's: `/orders/items` → `/items` or `/v2/items`, `/orders` → `/v2`.
 

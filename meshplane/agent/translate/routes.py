@@ -29,7 +29,7 @@ from meshplane.agent.translate.paths import (
     operation_pattern,
     route_match,
 )
-from meshplane.model.kinds import Operation
+from meshplane.model.kinds import Backend, Operation
 
 _SortKey = tuple[object, ...]
 
@@ -61,7 +61,6 @@ def _route(
     if op is not None:
         method = string_pb2.StringMatcher(exact=op.method.value)
         match.headers.append(route_components_pb2.HeaderMatcher(name=":method", string_match=method))
-    what = f"{op.method.value} {op.path}" if op else "*"
     key = (
         -len(base.segments),
         base.specificity(),
@@ -73,7 +72,13 @@ def _route(
         api.project,
         api.name,
     )
-    return key, route_components_pb2.Route(name=f"{api.project}/{api.name} {what}", match=match, route=action)
+    return key, route_components_pb2.Route(name=route_name(api, op), match=match, route=action)
+
+
+def route_name(api: Api, op: Operation | None) -> str:
+    """`project/name METHOD path` for an operation's route, `project/name *` for an API's catch-all."""
+    what = f"{op.method.value} {op.path}" if op else "*"
+    return f"{api.project}/{api.name} {what}"
 
 
 def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
@@ -81,16 +86,7 @@ def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
     come from the first serving backend, since Envoy applies them per route, before the weighted pick."""
     serving = api.serving()
     first = serving[0][1]
-    action = route_components_pb2.RouteAction()
-    if len(serving) == 1:
-        action.cluster = api.cluster_name(serving[0][0])
-    else:
-        action.weighted_clusters.clusters.extend(
-            route_components_pb2.WeightedCluster.ClusterWeight(
-                name=api.cluster_name(index), weight=wrappers_pb2.UInt32Value(value=backend.weight)
-            )
-            for index, backend in serving
-        )
+    action = cluster_action(api, serving)
     rewrite = base_rewrite(base, first.base_path)
     if rewrite is not None:
         action.regex_rewrite.CopyFrom(rewrite)
@@ -102,4 +98,19 @@ def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
         action.retry_policy.num_retries.value = first.retries.attempts
         if first.retries.per_try_timeout is not None:
             action.retry_policy.per_try_timeout.CopyFrom(duration(first.retries.per_try_timeout))
+    return action
+
+
+def cluster_action(api: Api, backends: Sequence[tuple[int, Backend]]) -> route_components_pb2.RouteAction:
+    """A route action to the clusters of `backends` (index, backend): one cluster, or split by weight."""
+    action = route_components_pb2.RouteAction()
+    if len(backends) == 1:
+        action.cluster = api.cluster_name(backends[0][0])
+    else:
+        action.weighted_clusters.clusters.extend(
+            route_components_pb2.WeightedCluster.ClusterWeight(
+                name=api.cluster_name(index), weight=wrappers_pb2.UInt32Value(value=backend.weight)
+            )
+            for index, backend in backends
+        )
     return action

@@ -1,8 +1,9 @@
 """A translated config as a static Envoy bootstrap, so Envoy itself can check and serve it without an xDS server.
 
 Routes are inlined into the listener and EDS clusters carry their ClusterLoadAssignment inline, so every
-resource the translator emits passes through Envoy's own validation. The rest (runtime, admin, the xDS
-cluster) is the agent's real bootstrap.
+resource the translator emits for Envoy passes through Envoy's own validation. API listeners (and their
+route tables) are for proxyless gRPC clients: Envoy skips them when they arrive over LDS, so they are left
+out here. The rest (runtime, admin, the xDS cluster) is the agent's real bootstrap.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ def static_bootstrap(config: EnvoyConfig, *, admin_port: int = 0) -> dict[str, A
     routes = {route.name: route for route in config.routes}
     endpoints = {assignment.cluster_name: assignment for assignment in config.endpoints}
     bootstrap["static_resources"]["listeners"] = [
-        _plain(_inline_routes(listener, routes)) for listener in config.listeners
+        _plain(_inline_routes(listener, routes))
+        for listener in config.listeners
+        if not listener.HasField("api_listener")
     ]
     bootstrap["static_resources"]["clusters"] += [_plain(_static(cluster, endpoints)) for cluster in config.clusters]
     return bootstrap

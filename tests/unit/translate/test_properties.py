@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,17 +73,24 @@ def host_matches(pattern: str, host: str) -> bool:
 
 def declared(apis: list[Resource], host: str, method: str, path: str) -> set[tuple[str, str]]:
     """Route names ("project/name METHOD path" or "project/name *") of every operation that covers the request."""
+    return {
+        (f"{a.metadata.project}/{a.metadata.name}", name)
+        for a in apis
+        if any(host_matches(h, host) for h in a.spec.hostnames)
+        for name in covering(a, method, path)
+    }
+
+
+def covering(a: Resource, method: str, path: str) -> set[str]:
+    """Route names of the API's operations (or its catch-all) that cover a request, its hostnames aside."""
+    ident = f"{a.metadata.project}/{a.metadata.name}"
+    base = segments(a.spec.base_path)
     names = set()
-    for a in apis:
-        if not any(host_matches(h, host) for h in a.spec.hostnames):
-            continue
-        ident = f"{a.metadata.project}/{a.metadata.name}"
-        base = segments(a.spec.base_path)
-        if not a.spec.operations and pattern_matches([*base, "*"], segments(path)):
-            names.add((ident, f"{ident} *"))
-        for op in a.spec.operations:
-            if op.method.value == method and pattern_matches(base + segments(op.path), segments(path)):
-                names.add((ident, f"{ident} {op.method.value} {op.path}"))
+    if not a.spec.operations and pattern_matches([*base, "*"], segments(path)):
+        names.add(f"{ident} *")
+    for op in a.spec.operations:
+        if op.method.value == method and pattern_matches(base + segments(op.path), segments(path)):
+            names.add(f"{ident} {op.method.value} {op.path}")
     return names
 
 
@@ -129,3 +142,100 @@ def test_routes_match_exactly_the_declared_operations(data: st.DataObject) -> No
         assert route.name in winners, (host, method, path)
         owner = by_ident[route.name.split(" ", 1)[0]]
         assert forwarded_path(route, path + "?q=/x") == expected_forward(owner, path) + "?q=/x"
+
+
+# Proxyless gRPC clients: their listeners and route tables, and what gRPC's xDS client requires of them.
+
+
+@given(api_sets())
+def test_every_listener_names_a_route_table_of_its_own(apis: list[Resource]) -> None:
+    config = translate_apis(apis, SETTINGS)
+    listeners = [listener.name for listener in config.listeners]
+    tables = [table.name for table in config.routes]
+    assert len(set(listeners)) == len(listeners) and len(set(tables)) == len(tables)
+    named = [manager_of(listener).rds.route_config_name for listener in config.listeners]
+    assert sorted(named) == sorted(tables)
+
+
+def manager_of(listener: listener_pb2.Listener) -> hcm_pb2.HttpConnectionManager:
+    """The HTTP connection manager of an API listener, or the one filter of the gateway's listener."""
+    if listener.HasField("api_listener"):
+        packed = listener.api_listener.api_listener
+    else:
+        packed = listener.filter_chains[0].filters[0].typed_config
+    manager = hcm_pb2.HttpConnectionManager()
+    assert packed.Unpack(manager)
+    return manager
+
+
+def proxyless_expected(a: Resource) -> bool:
+    """A serving gRPC backend on an IP address, and nothing to rewrite (every backend shares one basePath)."""
+    grpc_ips = [b for b in a.spec.backends if b.weight > 0 and b.protocol.value == "grpc" and is_ip(b.host)]
+    return bool(grpc_ips) and grpc_ips[0].base_path == a.spec.base_path
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def assert_grpc_accepts(config: EnvoyConfig, listener: listener_pb2.Listener) -> route_pb2.RouteConfiguration:
+    """What gRPC's xDS client requires of the resources a proxyless channel reads, as far as we emit them."""
+    manager = manager_of(listener)
+    assert not listener.HasField("address") and not listener.filter_chains
+    assert manager.rds.config_source.HasField("ads")
+    assert manager.http_filters[-1].name == "envoy.filters.http.router"
+    table = next(t for t in config.routes if t.name == manager.rds.route_config_name)
+    (vhost,) = table.virtual_hosts
+    assert listener.name in vhost.domains
+    clusters = {cluster.name: cluster for cluster in config.clusters}
+    weights = {
+        e.cluster_name: [locality.load_balancing_weight.value for locality in e.endpoints] for e in config.endpoints
+    }
+    for route in vhost.routes:
+        kind = route.match.WhichOneof("path_specifier")
+        assert kind in ("prefix", "path", "safe_regex"), kind
+        assert kind != "prefix" or route.match.prefix.count("/") <= 2
+        assert not route.match.headers
+        action = route.route
+        assert not action.HasField("regex_rewrite") and not action.prefix_rewrite and not action.HasField("timeout")
+        names = [action.cluster] if action.cluster else [c.name for c in action.weighted_clusters.clusters]
+        assert all(c.weight.value > 0 for c in action.weighted_clusters.clusters)
+        for name in names:
+            assert clusters[name].type == cluster_pb2.Cluster.EDS
+            assert clusters[name].eds_cluster_config.eds_config.HasField("ads")
+            assert weights[name] and all(weight >= 1 for weight in weights[name])
+    return table
+
+
+@st.composite
+def grpc_paths(draw: st.DrawFn, a: Resource) -> list[str]:
+    """What a gRPC client sends, `/service/method`: from the probes near the API's operations, and more
+    under the first segment of its basePath."""
+    near = [path for _, _, path in draw(probes([a]))]
+    first = segments(a.spec.base_path)[:1]
+    rest = st.lists(st.sampled_from([*LITERALS, "zz"]), min_size=2 - len(first), max_size=2 - len(first))
+    more = ["/" + "/".join([*first, *tail]) for tail in draw(st.lists(rest, min_size=1, max_size=3))]
+    return [path for path in [*near, *more] if len(segments(path)) == 2 and all(segments(path))]
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_proxyless_clients_get_what_grpc_accepts_and_the_apis_routes(data: st.DataObject) -> None:
+    """An API listener exactly for the APIs a gRPC client can reach faithfully; its routes take a POST to
+    the same API operations the gateway would, with nothing gRPC would refuse or ignore."""
+    apis = data.draw(api_sets())
+    config = translate_apis(apis, SETTINGS)
+    api_listeners = {listener.name: listener for listener in config.listeners if listener.HasField("api_listener")}
+    by_target = {f"{a.metadata.name}.{a.metadata.project}": a for a in apis}
+    assert set(api_listeners) == {target for target, a in by_target.items() if proxyless_expected(a)}
+    for target, listener in api_listeners.items():
+        table = assert_grpc_accepts(config, listener)
+        owner = by_target[target]
+        for path in data.draw(grpc_paths(owner)):
+            route = select(table, target, "POST", path)
+            expected = covering(owner, "POST", path)
+            assert (route.name in expected) if route else not expected, (target, path, expected)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import config_source_pb2
+from envoy.config.route.v3 import route_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
@@ -391,3 +392,149 @@ def test_same_name_in_two_projects_does_not_collide() -> None:
 def test_an_api_given_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="shop/orders is given twice"):
         translate(example_api(), example_api())
+
+
+# Proxyless gRPC clients: an API listener and a route table of their own per API with a gRPC backend.
+
+
+def proxyless(config: EnvoyConfig, target: str) -> tuple[hcm_pb2.HttpConnectionManager, route_pb2.RouteConfiguration]:
+    """The HTTP connection manager of the API listener named `target` and the route table it names."""
+    listener = next(listener for listener in config.listeners if listener.name == target)
+    manager = hcm_pb2.HttpConnectionManager()
+    assert listener.api_listener.api_listener.Unpack(manager)
+    table = next(table for table in config.routes if table.name == manager.rds.route_config_name)
+    return manager, table
+
+
+def test_grpc_api_gets_an_api_listener_for_proxyless_clients() -> None:
+    config = translate(api("echo", basePath="/", backends=[backend(protocol="grpc")]))
+
+    assert [listener.name for listener in config.listeners] == ["echo.shop", "gateway"]
+    assert [table.name for table in config.routes] == ["gateway", "grpc.shop.echo"]
+    listener = config.listeners[0]
+    assert not listener.HasField("address") and not listener.filter_chains
+    manager, table = proxyless(config, "echo.shop")
+    assert manager.rds.route_config_name == "grpc.shop.echo"
+    assert manager.rds.config_source.HasField("ads")
+    assert manager.rds.config_source.resource_api_version == config_source_pb2.ApiVersion.V3
+    assert [f.name for f in manager.http_filters] == ["envoy.filters.http.router"]
+    assert manager.http_filters[-1].typed_config.Is(router_pb2.Router.DESCRIPTOR)
+
+    (vhost,) = table.virtual_hosts
+    assert (vhost.name, list(vhost.domains)) == ("echo.shop", ["*", "echo.shop"])
+    (route,) = vhost.routes
+    assert route.match.prefix == "/"
+    assert route.route.cluster == "api.shop.echo.0"
+    assert not route.route.HasField("regex_rewrite") and not route.route.HasField("timeout")
+
+    (cluster,) = config.clusters
+    assert cluster.type == cluster_pb2.Cluster.EDS and cluster.eds_cluster_config.eds_config.HasField("ads")
+    (locality,) = config.endpoints[0].endpoints
+    assert locality.HasField("locality") and locality.load_balancing_weight.value == 1
+
+
+def test_the_gateway_gets_the_same_table_for_a_grpc_api() -> None:
+    grpc_api = api("echo", basePath="/", backends=[backend(protocol="grpc")])
+    http_api = api("echo", basePath="/", backends=[backend(protocol="http2")])
+    gateway = [table for table in translate(grpc_api).routes if table.name == "gateway"]
+    assert gateway == translate(http_api).routes
+
+
+@pytest.mark.parametrize(
+    ("base_path", "matcher", "value"),
+    [
+        ("/meshplane.test.Echo", "prefix", "/meshplane.test.Echo/"),
+        ("/a/b", "safe_regex", "/a/b(?:/.*)?"),
+    ],
+)
+def test_proxyless_route_matches_under_the_base_path_without_path_separated_prefix(
+    base_path: str, matcher: str, value: str
+) -> None:
+    config = translate(api("echo", basePath=base_path, backends=[backend(protocol="grpc", basePath=base_path)]))
+    (route,) = proxyless(config, "echo.shop")[1].virtual_hosts[0].routes
+    assert route.match.WhichOneof("path_specifier") == matcher
+    assert (route.match.prefix or route.match.safe_regex.regex) == value
+
+
+def test_proxyless_routes_are_the_post_operations_most_specific_first() -> None:
+    operations = [
+        {"method": "POST", "path": "/{method}"},
+        {"method": "GET", "path": "/Say"},
+        {"method": "POST", "path": "/Say"},
+    ]
+    base = "/meshplane.test.Echo"
+    config = translate(
+        api("echo", basePath=base, operations=operations, backends=[backend(protocol="grpc", basePath=base)])
+    )
+    table = proxyless(config, "echo.shop")[1]
+    assert [r.name for r in table.virtual_hosts[0].routes] == ["shop/echo POST /Say", "shop/echo POST /{method}"]
+    assert [r.match.WhichOneof("path_specifier") for r in table.virtual_hosts[0].routes] == ["path", "safe_regex"]
+    assert all(not r.match.headers for r in table.virtual_hosts[0].routes)
+    assert select(table, "echo.shop", "POST", "/meshplane.test.Echo/Say").name == "shop/echo POST /Say"
+    assert select(table, "echo.shop", "POST", "/meshplane.test.Echo/Other").name == "shop/echo POST /{method}"
+    assert select(table, "echo.shop", "POST", "/other.Service/Say") is None
+
+
+def test_proxyless_virtual_host_answers_for_the_target_and_the_api_hostnames() -> None:
+    config = translate(api("echo", basePath="/", hostnames=["a.com"], backends=[backend(protocol="grpc")]))
+    assert list(proxyless(config, "echo.shop")[1].virtual_hosts[0].domains) == ["a.com", "echo.shop"]
+
+
+def test_proxyless_routes_split_by_weight_over_the_grpc_ip_backends_only() -> None:
+    config = translate(
+        api(
+            "echo",
+            basePath="/",
+            backends=[
+                backend("10.0.0.1", protocol="grpc", weight=3),
+                backend("10.0.0.2", protocol="http2"),
+                backend("echo.internal", protocol="grpc"),
+                backend("10.0.0.4", protocol="grpc", weight=0),
+                backend("10.0.0.5", protocol="grpc", weight=1),
+            ],
+        )
+    )
+    action = proxyless(config, "echo.shop")[1].virtual_hosts[0].routes[0].route
+    assert [(c.name, c.weight.value) for c in action.weighted_clusters.clusters] == [
+        ("api.shop.echo.0", 3),
+        ("api.shop.echo.4", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    "backends",
+    [
+        [backend(protocol="http2")],
+        [backend("echo.internal", protocol="grpc")],
+        [backend(protocol="grpc", weight=0), backend("10.0.0.2", protocol="http2")],
+    ],
+)
+def test_no_proxyless_listener_without_a_serving_grpc_backend_on_an_ip(backends: list[dict]) -> None:
+    config = translate(api("echo", basePath="/", backends=backends))
+    assert [listener.name for listener in config.listeners] == ["gateway"]
+    assert [table.name for table in config.routes] == ["gateway"]
+
+
+def test_no_proxyless_listener_when_the_backend_needs_a_path_rewrite() -> None:
+    """gRPC cannot rewrite paths; a listener forwarding `/echo/...` unchanged would not be this API."""
+    config = translate(api("echo", basePath="/echo", backends=[backend(protocol="grpc", basePath="/")]))
+    assert [listener.name for listener in config.listeners] == ["gateway"]
+
+
+def test_proxyless_timeout_is_max_stream_duration_and_retries_keep_grpc_conditions() -> None:
+    config = translate(
+        api(
+            "a",
+            basePath="/",
+            timeout="30s",
+            backends=[backend(protocol="grpc", retries={"attempts": 2, "on": "5xx, unavailable,cancelled,reset"})],
+        ),
+        api("b", basePath="/", backends=[backend(protocol="grpc", timeout="1s", retries={"attempts": 2, "on": "5xx"})]),
+    )
+    first = proxyless(config, "a.shop")[1].virtual_hosts[0].routes[0].route
+    assert first.max_stream_duration.max_stream_duration.ToSeconds() == 30
+    assert not first.HasField("timeout")
+    assert (first.retry_policy.retry_on, first.retry_policy.num_retries.value) == ("unavailable,cancelled", 2)
+    second = proxyless(config, "b.shop")[1].virtual_hosts[0].routes[0].route
+    assert second.max_stream_duration.max_stream_duration.ToMilliseconds() == 1000
+    assert not second.HasField("retry_policy")

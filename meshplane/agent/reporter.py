@@ -1,0 +1,59 @@
+"""Sends the agent's queued reports up, oldest first, until the server has taken each one.
+
+Reports wait in the local state while the server is away; gRPC's retry policy (from the config)
+handles short blips inside one call, and this loop handles longer outages with its own backoff.
+Each report's idempotency key is fixed when it is queued, so a retry is applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Callable
+
+import grpc
+
+from meshplane.agent.state import LocalState
+from meshplane.observability.logging import get_logger
+from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+
+log = get_logger("meshplane.agent.reporter")
+
+
+class Reporter:
+    def __init__(self, state: LocalState, channel: Callable[[], grpc.aio.Channel], cluster: str):
+        self.state = state
+        self.channel = channel
+        self.cluster = cluster
+        self.wake = asyncio.Event()
+
+    async def report_status(self, deliveries: list[control_plane_pb2.ObjectDelivery]) -> None:
+        """Queue a status report durably and wake the sender."""
+        if not deliveries:
+            return
+        request = control_plane_pb2.ReportStatusRequest(cluster=self.cluster, deliveries=deliveries)
+        await self.state.enqueue_report(request.SerializeToString())
+        self.wake.set()
+
+    async def run(self) -> None:
+        delay = 0.2
+        while True:
+            self.wake.clear()
+            pending = await self.state.pending_reports()
+            if not pending:
+                await self.wake.wait()
+                continue
+            stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
+            try:
+                for seq, body in pending:
+                    request = control_plane_pb2.ReportStatusRequest.FromString(body)
+                    request.idempotency_key = f"{self.cluster}/{self.state.instance}/{seq}"
+                    await stub.ReportStatus(request, timeout=10)
+                    await self.state.drop_report(seq)
+                delay = 0.2
+            except grpc.aio.AioRpcError as exc:
+                log.warning("report not accepted yet; kept", code=exc.code().name, retry_in=round(delay, 2))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, 10.0)

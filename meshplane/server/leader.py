@@ -1,0 +1,55 @@
+"""Leadership for background work (compaction, status roll-up): one server replica at a time.
+
+On PostgreSQL the leader holds a session advisory lock on a connection of its own; when that replica
+dies its connection closes, the lock is released, and another replica takes over within one retry
+interval. A single SQLite server is always the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+
+from meshplane.observability.logging import get_logger
+from meshplane.store.store import Store
+
+log = get_logger("meshplane.server.leader")
+
+# "meshlead" in ASCII: a key nothing else locks.
+LEADER_LOCK = 0x6D6573686C656164
+
+
+class Leadership:
+    def __init__(self, store: Store, retry_interval: float = 2.0):
+        self.store = store
+        self.retry_interval = retry_interval
+        self.is_leader = store.dialect != "postgresql"
+
+    async def run(self) -> None:
+        if self.store.dialect != "postgresql":
+            return
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.store.driver_dsn)
+                while True:
+                    if await conn.fetchval("SELECT pg_try_advisory_lock($1)", LEADER_LOCK):
+                        break
+                    await asyncio.sleep(self.retry_interval)
+                self.is_leader = True
+                log.info("this replica leads background work")
+                while True:
+                    await asyncio.sleep(self.retry_interval)
+                    await conn.fetchval("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                if self.is_leader:
+                    log.warning("lost leadership", error=str(exc))
+                self.is_leader = False
+                await asyncio.sleep(self.retry_interval)
+            finally:
+                self.is_leader = False
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()

@@ -1,0 +1,92 @@
+"""Delivery status: what each cluster's gateways did with an object reaches the object's status,
+an Envoy rejection included, and a rejected version is neither resent nor allowed to displace the
+configuration Envoy still serves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshplane.agent.bootstrap import envoy_bootstrap
+from tests.harness.envoy import EnvoyProcess, run_envoy_config
+from tests.harness.gateway import Gateway, from_upstream, status
+from tests.harness.meshplane import run_agent, run_server
+from tests.harness.process import free_port
+from tests.harness.upstream import run_upstream
+
+
+def api(port: int, operations: list[dict]) -> dict:
+    return {
+        "kind": "API",
+        "metadata": {"name": "orders", "project": "default"},
+        "spec": {"basePath": "/orders", "operations": operations, "backends": [{"host": "127.0.0.1", "port": port}]},
+    }
+
+
+def wait_for_status(rest: httpx.Client, expect: Callable[[list[dict]], bool], timeout: float = 15.0) -> dict:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = rest.get("/v1/projects/default/apis/orders").json()
+        if expect(last.get("status", {}).get("clusters", [])):
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"status never matched; last: {last and last.get('status')}")
+
+
+def rejected_route_updates(envoy: EnvoyProcess) -> int:
+    _, body = envoy.admin("/stats?filter=rds.gateway.update_rejected")
+    return sum(int(line.rsplit(":", 1)[1]) for line in body.splitlines() if line.strip())
+
+
+def test_an_envoy_rejection_is_reported_kept_out_and_not_resent(tmp_path: Path) -> None:
+    with (
+        run_upstream("one") as (port, _),
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
+        httpx.Client(base_url=server.url, timeout=10) as rest,
+    ):
+        # A gateway whose operator allows only tiny regexes: templated paths are rejected by Envoy itself.
+        bootstrap = envoy_bootstrap("gw-strict", "127.0.0.1", agent.xds_port, admin_port=free_port())
+        bootstrap["layered_runtime"] = {
+            "layers": [{"name": "strict", "static_layer": {"re2.max_program_size.error_level": 15}}]
+        }
+        with run_envoy_config(tmp_path, "gw-strict", bootstrap) as envoy:
+            envoy.wait_listener(agent.gateway_port)
+            gateway = Gateway(agent.gateway_port)
+
+            rest.put("/v1/projects/default/apis/orders", json=api(port, [{"method": "GET", "path": "/items"}]))
+            gateway.wait_for("/orders/items", from_upstream("one"))
+            good = wait_for_status(rest, lambda c: [e["state"] for e in c] == ["Applied"])
+            assert good["status"]["clusters"][0]["cluster"] == "edge-1"
+
+            templated = [
+                {"method": "GET", "path": "/items"},
+                {"method": "GET", "path": "/items/{id}/parts/{part}/x/{y}"},
+            ]
+            rest.put("/v1/projects/default/apis/orders", json=api(port, templated))
+            failed = wait_for_status(rest, lambda c: [e["state"] for e in c] == ["Failed"])
+            entry = failed["status"]["clusters"][0]
+            assert "RE2 program size" in entry["message"]
+            assert entry["version"] != good["status"]["clusters"][0]["version"]
+
+            # The last good configuration stays in force, and the rejected one is not offered again.
+            assert gateway.request("GET", "/orders/items").status_code == 200
+            assert gateway.request("GET", "/orders/items/7/parts/8/x/9").status_code == 404
+            rejections = rejected_route_updates(envoy)
+            time.sleep(2)
+            assert rejected_route_updates(envoy) == rejections
+
+            cluster = rest.get("/v1/clusters/edge-1").json()
+            assert cluster["status"]["outOfDate"] == 1
+
+            # A new version goes through again.
+            rest.put("/v1/projects/default/apis/orders", json=api(port, [{"method": "POST", "path": "/items"}]))
+            gateway.wait_for("/orders/items", from_upstream("one"), method="POST")
+            gateway.wait_for("/orders/items", status(404))
+            wait_for_status(rest, lambda c: [e["state"] for e in c] == ["Applied"])
+            gateway.close()
