@@ -90,12 +90,13 @@ def run_server(
     name: str = "server",
     ports: tuple[int, int] | None = None,
     insecure: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """A management server, its data (and CA) in tmp_path/<name>; `ports` (http, grpc) lets a test
-    restart it where agents expect it."""
+    restart it where agents expect it; `env` sets MESHPLANE_* settings that have no flag."""
     http_port, grpc_port = ports or (free_port(), free_port())
     argv = server_argv(tmp_path / name, http_port, grpc_port, database_url, insecure)
-    with running(argv, tmp_path / f"{name}.log") as process:
+    with running(argv, tmp_path / f"{name}.log", env) as process:
         server = ServerProcess(process, http_port, grpc_port, tmp_path / name, insecure)
         process.wait_ready(lambda: _http_ok(f"{server.url}/readyz"), 30.0, "the server to be ready")
         yield server

@@ -1,0 +1,89 @@
+"""Several server replicas on one PostgreSQL: writes on any replica reach agents on any replica, and
+background work (status roll-up) moves to a surviving replica when the leader dies."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.harness.meshplane import ServerProcess, run_agent, run_server
+from tests.harness.postgres import PostgresServer
+
+
+@pytest.fixture
+def shared_database(postgres_server: PostgresServer) -> Iterator[str]:
+    url = asyncio.run(postgres_server.create_database())
+    yield url
+    asyncio.run(postgres_server.drop_database(url))
+
+
+def put_api(server: ServerProcess, name: str, cluster: str, port: int = 9001) -> None:
+    doc = {
+        "kind": "API",
+        "metadata": {"name": name, "project": "default"},
+        "spec": {
+            "basePath": f"/{name}",
+            "backends": [{"host": "127.0.0.1", "port": port}],
+            "placement": {"clusters": [cluster]},
+        },
+    }
+    response = httpx.put(f"{server.url}/v1/projects/default/apis/{name}", json=doc, timeout=10)
+    assert response.status_code in (200, 201), response.text
+
+
+def wait_all_applied(server: ServerProcess, names: list[str], timeout: float = 30.0) -> None:
+    """Every API reports Applied at its current version on its one placed cluster."""
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending and time.monotonic() < deadline:
+        for name in sorted(pending):
+            obj = httpx.get(f"{server.url}/v1/projects/default/apis/{name}", timeout=10).json()
+            entries = obj.get("status", {}).get("clusters", [])
+            if [e["state"] for e in entries] == ["Applied"]:
+                pending.discard(name)
+        time.sleep(0.2)
+    assert not pending, f"not applied in time: {sorted(pending)}"
+
+
+def leads(server: ServerProcess) -> bool:
+    return "this replica leads background work" in server.process.log()
+
+
+def test_two_replicas_serve_one_fleet_and_background_work_survives_the_leader(
+    tmp_path: Path, shared_database: str
+) -> None:
+    with run_server(tmp_path, shared_database, name="a") as a:
+        # Replicas share one CA, as they would share a Secret in a cluster.
+        shutil.copytree(a.data_dir / "pki", tmp_path / "b" / "pki")
+        with (
+            run_server(tmp_path, shared_database, name="b") as b,
+            run_agent(tmp_path, "edge-1", a) as _,
+            run_agent(tmp_path, "edge-2", b) as _,
+        ):
+            names = []
+            for index in range(12):
+                writer = a if index % 2 == 0 else b
+                cluster = "edge-1" if index % 3 else "edge-2"
+                put_api(writer, f"api-{index}", cluster)
+                names.append(f"api-{index}")
+            wait_all_applied(b, names)
+
+            # Concurrent writers never lose an update: a stale write is refused on either replica.
+            current = httpx.get(f"{a.url}/v1/projects/default/apis/api-0", timeout=10).json()
+            stale = {**current, "spec": {**current["spec"], "basePath": "/changed"}}
+            assert httpx.put(f"{b.url}/v1/projects/default/apis/api-0", json=stale, timeout=10).status_code == 200
+            assert httpx.put(f"{a.url}/v1/projects/default/apis/api-0", json=stale, timeout=10).status_code == 409
+
+            # Kill the replica that leads background work; the survivor takes it over.
+            leader, survivor, survivors_cluster = (a, b, "edge-2") if leads(a) else (b, a, "edge-1")
+            assert leads(leader) and not leads(survivor)
+            leader.process.kill()
+            put_api(survivor, "after-the-leader-died", survivors_cluster)
+            wait_all_applied(survivor, ["after-the-leader-died"])
+            assert leads(survivor)

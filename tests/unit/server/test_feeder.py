@@ -1,0 +1,61 @@
+"""The projection feeder: a server that falls behind the compacted event log resyncs from a snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from meshplane.model.registry import REGISTRY
+from meshplane.server.projection import FleetProjection
+from meshplane.server.sync import ProjectionFeeder
+from meshplane.store.errors import Compacted
+from meshplane.store.store import Store
+from meshplane.xds.cache import ResourceCache
+
+API_TYPE = REGISTRY.get("API").type_url
+
+
+def api_spec(port: int) -> dict:
+    return {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": port}]}
+
+
+async def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> None:
+    async with asyncio.timeout(seconds):
+        while True:
+            if check():
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+    try:
+        await store.create("Cluster", "", "edge-1", spec={})
+        await store.create("API", "shop", "orders", spec=api_spec(9001))
+        cache = ResourceCache()
+        feeder = ProjectionFeeder(store, FleetProjection(cache), poll_interval=0.05)
+        await feeder._load()
+
+        # While this server was not tailing: changes, then compaction past where it stopped.
+        await store.put("API", "shop", "orders", spec=api_spec(9002))
+        await store.create("API", "shop", "billing", spec={**api_spec(9003), "basePath": "/billing"})
+        await store.delete("API", "shop", "orders")
+        await store.compact(await store.current_revision())
+
+        with pytest.raises(Compacted):
+            async with asyncio.timeout(5):
+                await feeder._tail()
+
+        task = asyncio.create_task(feeder.run())
+        try:
+            await wait_for(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"})
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    finally:
+        await store.close()
