@@ -54,13 +54,13 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
 
 
 @contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """API, network and input errors become a one-line message and exit code 1, never a traceback."""
+def user_errors(code: int = 1) -> Iterator[None]:
+    """API, network and input errors become a one-line message and exit `code`, never a traceback."""
     try:
         yield
     except (ApiError, ServerUnreachable, UnknownKind, ValueError, yaml.YAMLError, OSError) as exc:
         err.print("[red]error[/red]", escape(str(exc)), markup=True, highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(code) from None
 
 
 def run_client(call: Coroutine[Any, Any, None]) -> None:
@@ -138,6 +138,9 @@ def agent(
     state_dir: Annotated[Path | None, typer.Option(help="local state directory")] = None,
     xds_address: Annotated[str | None, typer.Option(help="xDS address for gateways [127.0.0.1:18001]")] = None,
     gateway_address: Annotated[str | None, typer.Option(help="gateway listener [127.0.0.1:10000]")] = None,
+    admin_address: Annotated[
+        str | None, typer.Option(help="admin HTTP: config dump, metrics [127.0.0.1:18003]")
+    ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="cluster label key=value (repeatable)")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="plaintext sync to an --insecure server")] = False,
     tls_cert: Annotated[Path | None, typer.Option(help="this cluster's certificate (certs issue-agent)")] = None,
@@ -162,6 +165,7 @@ def agent(
         state_dir=state_dir,
         xds_address=xds_address,
         gateway_address=gateway_address,
+        admin_address=admin_address,
         labels=_labels(label) if label else None,
         insecure=insecure or None,
         tls_cert=tls_cert,
@@ -193,9 +197,29 @@ def agent_bootstrap(
     sys.stdout.write(bootstrap_yaml(node_id, host, port, admin_port=admin_port))
 
 
+@agent_app.command("config-dump")
+def agent_config_dump(
+    admin_address: Annotated[
+        str, typer.Option(envvar="MESHPLANE_ADMIN_ADDRESS", help="the agent's admin address")
+    ] = "127.0.0.1:18003",
+    output: Annotated[str, typer.Option("-o", "--output", help="json or yaml")] = "json",
+) -> None:
+    """Show what an agent serves its gateways, and the objects (and rejected versions) it holds."""
+    from meshplane.cli_ops import fetch_config_dump, render_dump
+
+    if output not in ("json", "yaml"):
+        raise typer.BadParameter("must be json or yaml", param_hint="--output")
+    with user_errors():
+        sys.stdout.write(render_dump(fetch_config_dump(admin_address), output))
+
+
 @app.command()
 def apply(
     file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="follow delivery until every placed cluster applied it (exit 1: failed)")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="seconds --wait waits (then exit 2)")] = 60.0,
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
@@ -203,16 +227,49 @@ def apply(
     """Create or replace every object of a (multi-document) YAML file."""
     with user_errors():
         docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
+    code = 0
+
+    async def call() -> None:
+        nonlocal code
+        async with MeshplaneClient(server, token) as client:
+            applied = []
+            for doc in docs:
+                applied.append(done := await client.put(doc, project))
+                verb = "created" if done.created else "configured"
+                where = f" -p {done.project}" if done.project else ""
+                out.print(f"{REGISTRY.get(done.kind).plural}/{done.name}{where} {verb}", highlight=False)
+            if wait:
+                from meshplane.cli_ops import wait_for_rollouts
+
+                code = await wait_for_rollouts(client, applied, timeout, out)
+
+    run_client(call())
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def diff(
+    file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Show what applying a file would change: exit 0 when nothing, 1 when something, 2 on error."""
+    from meshplane.cli_ops import diff_documents
+
+    diffs: list[str] = []
 
     async def call() -> None:
         async with MeshplaneClient(server, token) as client:
-            for doc in docs:
-                applied = await client.put(doc, project)
-                verb = "created" if applied.created else "configured"
-                where = f" -p {applied.project}" if applied.project else ""
-                out.print(f"{REGISTRY.get(applied.kind).plural}/{applied.name}{where} {verb}", highlight=False)
+            diffs.extend(await diff_documents(client, docs, project))
 
-    run_client(call())
+    with user_errors(code=2):
+        docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
+        asyncio.run(call())
+    sys.stdout.write("".join(diffs))
+    if diffs:
+        raise typer.Exit(1)
 
 
 def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> None:
@@ -246,13 +303,26 @@ def get(
     kind: Annotated[str, typer.Argument(help="kind or plural, any case (api, apis, API)")],
     name: Annotated[str | None, typer.Argument()] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")] = "table",
+    watch: Annotated[
+        bool, typer.Option("-w", "--watch", help="list, then print each change (TYPE kind/name revision)")
+    ] = False,
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
 ) -> None:
-    """Show one object or list a kind."""
+    """Show one object or list a kind; with -w, stream changes until Ctrl-C."""
     if output not in ("table", "yaml", "json"):
         raise typer.BadParameter("must be table, yaml or json", param_hint="--output")
+    if watch:
+        from meshplane.cli_ops import print_event, stream_changes, until_stopped
+
+        async def follow(stop: asyncio.Event) -> None:
+            async with MeshplaneClient(server, token) as client:
+                await until_stopped(stream_changes(client, kind, name, project, print_event(output)), stop)
+
+        with user_errors():
+            run_until_signalled(follow)
+        return
 
     async def call() -> None:
         async with MeshplaneClient(server, token) as client:
@@ -357,6 +427,31 @@ def demo(
     from meshplane.demo import run_demo
 
     run_until_signalled(lambda stop: run_demo(data_dir, stop))
+
+
+@app.command()
+def crds(
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="write one file per kind into this directory (deploy/crds)")
+    ] = None,
+) -> None:
+    """Print the CustomResourceDefinitions of every kind an agent applies, as multi-document YAML."""
+    from meshplane.model.crds import GENERATED_HEADER, crd_documents, crd_files, custom_resource_definitions
+
+    if out_dir is None:
+        sys.stdout.write(crd_documents(custom_resource_definitions()))
+        return
+    with user_errors():
+        files = crd_files()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out_dir / name).write_text(text)
+            out.print(f"wrote {out_dir / name}", highlight=False)
+        # A kind that left the registry leaves no CRD behind; hand-written files are not ours to remove.
+        for stale in sorted(out_dir.glob("*.yaml")):
+            if stale.name not in files and stale.read_text().startswith(GENERATED_HEADER):
+                stale.unlink()
+                out.print(f"removed {stale}", highlight=False)
 
 
 def main() -> None:

@@ -104,8 +104,16 @@ class MeshplaneClient:
         return (await self._call("GET", object_path(info, project if info.namespaced else None, name))).json()
 
     async def list(self, kind: str, project: str | None = None, label_selector: str | None = None) -> list[dict]:
+        return (await self.list_at(kind, project, label_selector))[0]
+
+    async def list_at(
+        self, kind: str, project: str | None = None, label_selector: str | None = None
+    ) -> tuple[list[dict], int]:
+        """Every object of a kind, and the revision to watch from so that no later change is missed
+        (the first page's: a change during paging may then be seen twice, never not at all)."""
         info = REGISTRY.resolve(kind)
         items: list[dict] = []
+        revision: int | None = None
         params: dict[str, Any] = {"limit": 500}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -114,21 +122,30 @@ class MeshplaneClient:
                 await self._call("GET", object_path(info, project if info.namespaced else None), params=params)
             ).json()
             items.extend(page["items"])
+            if revision is None:
+                revision = int(page["metadata"]["resourceVersion"])
             if not page["metadata"].get("continue"):
-                return items
+                return items, revision
             params["continue"] = page["metadata"]["continue"]
 
     async def delete(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
         info = REGISTRY.resolve(kind)
         return (await self._call("DELETE", object_path(info, project if info.namespaced else None, name))).json()
 
-    async def watch(self, since: int | None = None, kind: str | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, since: int | None = None, kind: str | None = None, project: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         params: dict[str, Any] = {}
         if since is not None:
             params["since"] = since
         if kind:
             params["kind"] = REGISTRY.resolve(kind).kind
-        async with aconnect_sse(self.http, "GET", "/v1/watch", params=params, timeout=None) as source:
-            async for event in source.aiter_sse():
-                if event.data:
-                    yield json.loads(event.data)
+        if project:
+            params["project"] = project
+        try:
+            async with aconnect_sse(self.http, "GET", "/v1/watch", params=params, timeout=None) as source:
+                async for event in source.aiter_sse():
+                    if event.data:
+                        yield json.loads(event.data)
+        except httpx.TransportError as exc:  # refused, or the server went away mid-stream
+            raise ServerUnreachable(str(self.http.base_url).rstrip("/"), exc) from None

@@ -131,6 +131,9 @@ class AgentSettings(ProcessSettings):
     state_dir: Path = Path(".meshplane-agent")
     xds_address: Address = "127.0.0.1:18001"
     gateway_address: Address = "127.0.0.1:10000"
+    admin_address: Address = Field(
+        default="127.0.0.1:18003", description="admin HTTP: /config_dump, /metrics, /healthz"
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     insecure: bool = Field(default=False, description="plaintext sync to a server started with --insecure")

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from tests.harness.kube import KubeAPIServer, start_kube_apiserver
 from tests.harness.postgres import PostgresServer, start_postgres
 
 # --- PostgreSQL: one private server per session, a fresh database per test (meshplane.store owns this block) ---
@@ -39,3 +40,18 @@ def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     url = asyncio.run(server.create_database())
     yield url
     asyncio.run(server.drop_database(url))
+
+
+# --- Kubernetes: one private etcd + kube-apiserver per session, our CRDs installed (tests/harness/kube.py) ---
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPIServer]:
+    """A real API server with meshplane's CRDs Established; `.url`, `.token` (admin), `.ca_file`, `.kubeconfig`."""
+    from meshplane.model.crds import custom_resource_definitions
+
+    with start_kube_apiserver(tmp_path_factory.mktemp("kube"), custom_resource_definitions()) as server:
+        yield server
+
+
+# --- end of the Kubernetes block ---

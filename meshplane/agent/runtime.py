@@ -12,6 +12,7 @@ from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
 from meshplane import __version__
+from meshplane.agent.admin import AdminServer, admin_app
 from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, PublishOutcome, gateway_group
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
@@ -72,6 +73,7 @@ class Agent:
         options = [
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
+            ("grpc.http2.ping_timeout_ms", 10_000),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
             *agent_channel_options(self.settings),
@@ -213,11 +215,14 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
+        admin = AdminServer(admin_app(self), self.settings.admin_address)
+        await admin.start()
         await xds.start()
         log.info(
             "agent serving gateways",
             cluster=self.settings.cluster,
             xds=self.settings.xds_address,
+            admin=self.settings.admin_address,
             held=sum(len(v) for v in self.objects.values()),
         )
         self._channel = self._open_channel()
@@ -236,6 +241,7 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await xds.stop(grace=0.5)
+            await admin.stop()
             await self._channel.close()
             await self.state.close()
 

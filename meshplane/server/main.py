@@ -41,6 +41,8 @@ def keepalive_options(interval: float, timeout: float) -> list[tuple[str, int]]:
     return [
         ("grpc.keepalive_time_ms", int(interval * 1000)),
         ("grpc.keepalive_timeout_ms", int(timeout * 1000)),
+        # grpcio bounds the keepalive ping by the HTTP/2 ping timeout (60 s by default), not by the above.
+        ("grpc.http2.ping_timeout_ms", int(timeout * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.min_ping_interval_without_data_ms", 1000),

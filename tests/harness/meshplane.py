@@ -65,6 +65,11 @@ class AgentProcess:
     cluster: str
     xds_port: int
     gateway_port: int
+    admin_port: int
+
+    @property
+    def admin_address(self) -> str:
+        return f"127.0.0.1:{self.admin_port}"
 
 
 def server_argv(
@@ -113,8 +118,10 @@ def run_agent(
     server_grpc: str | ServerProcess,
     labels: dict[str, str] | None = None,
     insecure: bool | None = None,
+    ports: tuple[int, int] | None = None,
 ) -> Iterator[AgentProcess]:
-    """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts).
+    """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts);
+    `ports` (xds, gateway) lets a restarted agent come back where its Envoys expect it.
 
     Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
     address, from the CA in tmp_path/server (run_server's default), created there if the server has
@@ -127,7 +134,8 @@ def run_agent(
         pki, address = Pki.of_data_dir(tmp_path / "server"), server_grpc
     tls_dir = tmp_path / f"agent-{cluster}-tls"
     tls = ["--insecure"] if insecure else agent_tls_argv(pki.export_agent(cluster, tls_dir))
-    xds_port, gateway_port = free_port(), free_port()
+    xds_port, gateway_port = ports or (free_port(), free_port())
+    admin_port = free_port()
     argv = [
         *MESHPLANE,
         "agent",
@@ -141,10 +149,12 @@ def run_agent(
         f"127.0.0.1:{xds_port}",
         "--gateway-address",
         f"127.0.0.1:{gateway_port}",
+        "--admin-address",
+        f"127.0.0.1:{admin_port}",
         *tls,
     ]
     for key, value in (labels or {}).items():
         argv += ["--label", f"{key}={value}"]
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
-        process.wait_ready(lambda: port_open(xds_port), 30.0, "the agent's xDS port")
-        yield AgentProcess(process, cluster, xds_port, gateway_port)
+        process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")
+        yield AgentProcess(process, cluster, xds_port, gateway_port, admin_port)

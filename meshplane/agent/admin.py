@@ -1,0 +1,133 @@
+"""The agent's admin HTTP endpoint: what it serves its gateways (`/config_dump`), `/metrics`, `/healthz`.
+
+Served from the agent's own event loop, so a dump reads the caches between two updates, never
+halfway through one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from google.protobuf import json_format
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GATEWAYS
+from meshplane.config import split_address
+from meshplane.model.registry import REGISTRY
+from meshplane.xds.cache import ResourceCache
+
+if TYPE_CHECKING:
+    from meshplane.agent.runtime import Agent
+
+
+def gateway_dump(cache: ResourceCache, group: str = GATEWAYS) -> list[dict[str, Any]]:
+    """Each Envoy type the gateways are served: its set version and every resource as Envoy's JSON.
+
+    The Any carries its own type URL; the Envoy modules the translator imports let it be decoded.
+    """
+    dump = []
+    for type_url in ENVOY_TYPE_ORDER:
+        resources = cache.resources(group, type_url)
+        dump.append(
+            {
+                "typeUrl": type_url,
+                "version": cache.version(group, type_url),
+                "resources": [
+                    {
+                        "name": name,
+                        "version": resource.version,
+                        "resource": json_format.MessageToDict(resource.body, preserving_proto_field_name=True),
+                    }
+                    for name, resource in sorted(resources.items())
+                ],
+            }
+        )
+    return dump
+
+
+def config_dump(agent: Agent) -> dict[str, Any]:
+    """What the agent holds from the control plane and what it serves its gateways.
+
+    `objects` are the delivered objects it holds, with their versions; one whose version the gateways
+    rejected is marked, and `rejected` lists those versions (the gateways keep the last good one).
+    """
+    objects: list[dict[str, Any]] = []
+    rejected: list[dict[str, str]] = []
+    state = agent.state
+    for type_url, held in sorted(agent.objects.items()):
+        kind = REGISTRY.by_type_url(type_url).kind
+        versions = state.versions(type_url) if state is not None else {}
+        for name, resource in sorted(held.items()):
+            version = versions.get(name, "")
+            refused = state is not None and state.rejected.get((type_url, name)) == version
+            objects.append(
+                {"kind": kind, "name": name, "version": version, "rejected": refused, "object": resource.to_wire()}
+            )
+    if state is not None:
+        for (type_url, name), version in sorted(state.rejected.items()):
+            rejected.append({"kind": REGISTRY.by_type_url(type_url).kind, "name": name, "version": version})
+    return {
+        "cluster": agent.settings.cluster,
+        "gateways": gateway_dump(agent.gateway_cache),
+        "objects": objects,
+        "rejected": rejected,
+    }
+
+
+def admin_app(agent: Agent) -> Starlette:
+    async def dump(request: Request) -> Response:
+        return JSONResponse(config_dump(agent))
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    return Starlette(
+        routes=[
+            Route("/config_dump", dump),
+            Route("/metrics", metrics),
+            Route("/healthz", healthz),
+        ]
+    )
+
+
+class AdminServer:
+    """uvicorn on an address the agent binds itself, so a port in use fails the start with a clear
+    OSError (uvicorn alone would exit the process)."""
+
+    def __init__(self, app: Starlette, address: str):
+        self.address = address
+        host, port = split_address(address)
+        self._socket = _listen(host, port, address)
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]), name="agent-admin")
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._task, timeout=5)
+        self._socket.close()
+
+
+def _listen(host: str, port: int, address: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise OSError(f"cannot listen on the admin address {address}: {exc.strerror or exc}") from None

@@ -1,0 +1,87 @@
+"""An agent offline through thousands of changes catches up in one round, with bytes in proportion to
+the distinct objects it ends up with, not to the number of changes it missed."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.faults import Write, Writers
+from tests.harness.convergence import assert_converged, held_bytes, normalised, store_apis
+from tests.harness.meshplane import run_agent, run_server
+from tests.harness.process import wait_until
+from tests.harness.tcp_proxy import run_tcp_proxy
+
+CLUSTER = "edge-offline"
+NAMES = 300
+CHANGES = 3000
+
+
+def offline_change(i: int, rng: random.Random) -> Write:
+    """Change number `i`: a delete one time in ten, else a PUT that gives the API a new backend port."""
+    name = f"api-{i % NAMES:03d}"
+    return Write("DELETE", name) if rng.random() < 0.1 else Write("PUT", name, port=20_000 + i)
+
+
+def applied_updates(log: str, type_name: str = "API") -> list[dict]:
+    """The agent's "update applied" log records for one type, in order."""
+    records = []
+    for line in log.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("message") == "update applied" and record.get("type") == type_name:
+            records.append(record)
+    return records
+
+
+def projection_matches_store(server_url: str) -> bool:
+    """The server's projection for the cluster (`/v1/clusters/{name}/resources`) equals what the store places there."""
+    response = httpx.get(f"{server_url}/v1/clusters/{CLUSTER}/resources", timeout=10)
+    response.raise_for_status()
+    projected = {item["name"]: normalised(item["object"]["spec"]) for item in response.json()["items"]}
+    return projected == store_apis(server_url, CLUSTER)
+
+
+@pytest.mark.timeout(120)
+def test_offline_cluster_catches_up_in_one_round(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    state_dir = tmp_path / f"agent-{CLUSTER}"
+    with run_server(tmp_path) as server, Writers(server.url, workers=8) as writers:
+        # Online: the agent holds the first two thirds of the names.
+        with run_agent(tmp_path, CLUSTER, server.grpc_address):
+            writers.run([Write("PUT", f"api-{i:03d}", port=10_000 + i) for i in range(NAMES * 2 // 3)])
+            assert_converged(server.url, state_dir, CLUSTER, 30)
+
+        # Offline: thousands of changes over all the names, about one in ten a delete.
+        changes = [offline_change(i, rng) for i in range(CHANGES)]
+        rng.shuffle(changes)
+        answered = writers.run(changes)
+        assert all(w.acknowledged or (w.op == "DELETE" and w.status == 404) for w in answered), {
+            w.status for w in answered
+        }
+        wait_until(lambda: projection_matches_store(server.url), 30, "the server's projection to take every change")
+
+        # Back online, through a proxy that counts what the server sends.
+        with run_tcp_proxy(server.grpc_port) as proxy:
+            log_offset = len(applied_updates((tmp_path / f"agent-{CLUSTER}.log").read_text()))
+            with run_agent(tmp_path, CLUSTER, proxy.address) as agent:
+                took = assert_converged(server.url, state_dir, CLUSTER, 30)
+                updates = applied_updates(agent.process.log())[log_offset:]
+                sent = proxy.bytes_downstream
+
+        distinct = held_bytes(state_dir)
+        held = len(store_apis(server.url, CLUSTER))
+        print(
+            f"\noffline agent: {CHANGES} changes over {NAMES} names, {held} held at the end; caught up in "
+            f"{took:.2f}s with {len(updates)} API update(s) ({updates[0]['upserts'] if updates else 0} upserts, "
+            f"{updates[0]['removed'] if updates else 0} removals); server->agent {sent} bytes, "
+            f"distinct objects {distinct} bytes ({sent / distinct:.2f}x)"
+        )
+        assert len(updates) == 1, f"caught up in {len(updates)} rounds: {updates}"
+        assert sent <= 2 * distinct, f"{sent} bytes sent for {distinct} bytes of distinct objects"
