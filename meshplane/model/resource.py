@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -59,10 +59,3 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
         message = err["msg"].removeprefix("Value error, ")
         out.append(FieldError(path=_path(err["loc"], prefix), message=message))
     return out
-
-
-def jsonable(value: Any) -> Any:
-    """A plain JSON value (dicts, lists, str, numbers) from pydantic models or primitives."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return value

@@ -21,7 +21,7 @@ def to_message(info: KindInfo, resource: Resource) -> Message:
         raise ValueError(f"{info.kind} is not delivered to clusters")
     meta = resource.metadata
     spec = struct_pb2.Struct()
-    spec.update(resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True))
+    spec.update(resource.spec.to_wire())
     return info.message(
         metadata=resources_pb2.ObjectMeta(
             name=meta.name,

@@ -143,7 +143,7 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
             info.kind,
             project,
             local.name,
-            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            spec=resource.spec.to_wire(),
             labels=resource.metadata.labels,
             origin=origin,
         )

@@ -124,7 +124,7 @@ class ObjectService:
             info.kind,
             meta.project or "",
             meta.name,
-            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            spec=resource.spec.to_wire(),
             labels=meta.labels,
             annotations=meta.annotations,
         )
@@ -144,7 +144,7 @@ class ObjectService:
             info.kind,
             meta.project or "",
             meta.name,
-            spec=resource.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            spec=resource.spec.to_wire(),
             labels=meta.labels,
             annotations=meta.annotations,
             expected_revision=expected,

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from google.protobuf import json_format
 
+from meshplane.model.wire import integral
 from meshplane.proto.v1 import resources_pb2
 
 API_TYPE_URL = "type.googleapis.com/meshplane.v1.API"
@@ -38,19 +39,6 @@ class Difference:
             return ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
 
         return f"missing: [{few(self.missing)}], extra: [{few(self.extra)}], differing: [{few(self.differing)}]"
-
-
-def normalised(value: Any) -> Any:
-    """JSON numbers as Struct gives them back (every number a float) compared equal to the originals."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: normalised(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [normalised(item) for item in value]
-    return value
 
 
 def placed_on(spec: dict[str, Any], cluster: str, labels: dict[str, str]) -> bool:
@@ -97,7 +85,7 @@ def store_apis(server_url: str, cluster: str) -> dict[str, dict[str, Any]]:
             name = project["metadata"]["name"]
             for api in _list(http, f"/v1/projects/{name}/apis"):
                 if placed_on(api["spec"], cluster, labels):
-                    placed[f"{name}/{api['metadata']['name']}"] = normalised(api["spec"])
+                    placed[f"{name}/{api['metadata']['name']}"] = integral(api["spec"])
         return placed
 
 
@@ -120,7 +108,7 @@ def agent_apis(agent_state_dir: Path) -> dict[str, dict[str, Any]]:
     for name, _version, body in held_rows(agent_state_dir):
         message = resources_pb2.API()
         message.ParseFromString(body)
-        held[name] = normalised(json_format.MessageToDict(message.spec))
+        held[name] = integral(json_format.MessageToDict(message.spec))
     return held
 
 
