@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 from pydantic import BaseModel, ValidationError, create_model
 
 from meshplane.model.base import WireModel
+from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
 from meshplane.model.status import ObjectStatus
@@ -140,5 +141,9 @@ REGISTRY = KindRegistry(
         KindInfo("Project", "projects", Scope.CLUSTER, ProjectSpec),
         KindInfo("Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus),
         KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API),
+        KindInfo("LogicalCloud", "logicalclouds", Scope.PROJECT, LogicalCloudSpec),
+        KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec),
+        KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec),
+        KindInfo("IngressIntent", "ingressintents", Scope.PROJECT, IngressIntentSpec),
     ]
 )

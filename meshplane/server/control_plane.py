@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -44,13 +45,8 @@ class ClusterRegistry:
         return await self.store.current_revision()
 
     async def update_status(self, cluster: str, **fields: object) -> None:
-        try:
-            current = await self.store.get("Cluster", "", cluster)
-        except NotFound:
-            return
-        status = {**current.status, **fields}
-        if status != current.status:
-            await self.store.set_status("Cluster", "", cluster, status)
+        with contextlib.suppress(NotFound):
+            await self.store.merge_status("Cluster", "", cluster, fields)
 
 
 _STATES = {

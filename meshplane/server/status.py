@@ -127,7 +127,7 @@ class StatusRollup:
                 else:
                     stale.add(key)
             if entries != stored.status.get("clusters", []):
-                await self.store.set_status(*key, {**stored.status, "clusters": entries})
+                await self.store.merge_status(*key, {"clusters": entries})
 
     async def _publish_cluster_counts(self) -> None:
         for cluster in self.projection.clusters:

@@ -219,6 +219,18 @@ class Store:
             obj = write.changed_from(current, status=status)
             return await write.record(obj, "status", None, row_exists=True)
 
+    async def merge_status(self, kind: str, project: str, name: str, fields: dict) -> StoredObject:
+        """Set some status fields, keeping the others, atomically: writers of different fields (presence,
+        roll-up, reports) never undo each other."""
+        fields = _plain(fields)
+        async with self._writing() as write:
+            current = await _live(write.conn, kind, project, name)
+            status = {**current.status, **fields}
+            if status == current.status:
+                return current
+            obj = write.changed_from(current, status=status)
+            return await write.record(obj, "status", None, row_exists=True)
+
     async def compact(self, keep_after: int) -> int:
         """Forget events and tombstones at or below `keep_after` (capped at the current revision)."""
         async with self._exclusive() as conn:

@@ -53,7 +53,7 @@ def test_every_kind_has_a_lower_case_plural_and_a_scope() -> None:
         assert info.plural == info.kind.lower() + "s"
         assert REGISTRY.resolve(info.plural) is info
 
-    assert [info.kind for info in REGISTRY if info.namespaced] == ["API"]
+    assert [info.kind for info in REGISTRY if not info.namespaced] == ["Project", "Cluster"]
 
 
 def test_only_delivered_kinds_have_a_type_url() -> None:

@@ -1,5 +1,6 @@
 """Object writes and reads: what each call stores, and what it refuses."""
 
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -164,3 +165,11 @@ async def test_a_retried_delivery_report_is_applied_once(store: Store) -> None:
     [kept] = await store.deliveries_of([("API", "shop", "orders")])
     assert (kept.version, kept.state, kept.message) == ("v2", "Failed", "rejected")
     assert [d.name for d in await store.deliveries_changed()] == ["orders"]
+
+
+async def test_concurrent_status_merges_of_different_fields_keep_every_field(store: Store) -> None:
+    await store.create("Cluster", "", "edge-1", spec={})
+    fields = [{f"field{i}": i} for i in range(12)]
+    await asyncio.gather(*(store.merge_status("Cluster", "", "edge-1", f) for f in fields))
+    status = (await store.get("Cluster", "", "edge-1")).status
+    assert status == {f"field{i}": i for i in range(12)}
