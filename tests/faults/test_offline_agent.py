@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from meshplane.model.wire import integral
 from tests.faults import Write, Writers
-from tests.harness.convergence import assert_converged, held_bytes, normalised, store_apis
+from tests.harness.convergence import assert_converged, held_bytes, store_apis
 from tests.harness.meshplane import run_agent, run_server
 from tests.harness.process import wait_until
 from tests.harness.tcp_proxy import run_tcp_proxy
@@ -44,7 +45,8 @@ def projection_matches_store(server_url: str) -> bool:
     """The server's projection for the cluster (`/v1/clusters/{name}/resources`) equals what the store places there."""
     response = httpx.get(f"{server_url}/v1/clusters/{CLUSTER}/resources", timeout=10)
     response.raise_for_status()
-    projected = {item["name"]: normalised(item["object"]["spec"]) for item in response.json()["items"]}
+    items = [item for item in response.json()["items"] if item["typeUrl"].endswith(".API")]
+    projected = {item["name"]: integral(item["object"]["spec"]) for item in items}
     return projected == store_apis(server_url, CLUSTER)
 
 
