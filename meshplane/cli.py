@@ -420,6 +420,20 @@ def status(
 
 
 @app.command()
+def render(
+    files: Annotated[list[Path], typer.Option("-f", "--filename", help="YAML file (repeatable)")],
+    cluster: Annotated[str, typer.Option("--cluster", help="the cluster to compute")],
+) -> None:
+    """Print what CLUSTER would receive, from files alone: placed objects and rendered Istio / DNS objects."""
+    from meshplane.server.render.offline import project_documents
+
+    with user_errors():
+        docs = [doc for path in files for doc in load_documents(path.read_text())]
+        objects = project_documents(docs, cluster)
+    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
+
+
+@app.command()
 def demo(
     data_dir: Annotated[Path, typer.Option(help="where the demo keeps its state")] = Path(".meshplane-demo"),
 ) -> None:

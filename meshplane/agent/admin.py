@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GATEWAYS
 from meshplane.config import split_address
+from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
 
@@ -53,6 +54,10 @@ def gateway_dump(cache: ResourceCache, group: str = GATEWAYS) -> list[dict[str, 
     return dump
 
 
+def _kind_of(type_url: str) -> str:
+    return "Manifest" if type_url == MANIFEST_TYPE else REGISTRY.by_type_url(type_url).kind
+
+
 def config_dump(agent: Agent) -> dict[str, Any]:
     """What the agent holds from the control plane and what it serves its gateways.
 
@@ -63,17 +68,25 @@ def config_dump(agent: Agent) -> dict[str, Any]:
     rejected: list[dict[str, str]] = []
     state = agent.state
     for type_url, held in sorted(agent.objects.items()):
-        kind = REGISTRY.by_type_url(type_url).kind
+        kind = _kind_of(type_url)
         versions = state.versions(type_url) if state is not None else {}
         for name, resource in sorted(held.items()):
             version = versions.get(name, "")
             refused = state is not None and state.rejected.get((type_url, name)) == version
+            wire = resource if isinstance(resource, dict) else resource.to_wire()
             objects.append(
-                {"kind": kind, "name": name, "version": version, "rejected": refused, "object": resource.to_wire()}
+                {
+                    "kind": kind,
+                    "typeUrl": type_url,
+                    "name": name,
+                    "version": version,
+                    "rejected": refused,
+                    "object": wire,
+                }
             )
     if state is not None:
         for (type_url, name), version in sorted(state.rejected.items()):
-            rejected.append({"kind": REGISTRY.by_type_url(type_url).kind, "name": name, "version": version})
+            rejected.append({"kind": _kind_of(type_url), "name": name, "version": version})
     return {
         "cluster": agent.settings.cluster,
         "gateways": gateway_dump(agent.gateway_cache),

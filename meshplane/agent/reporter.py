@@ -20,6 +20,9 @@ from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
 log = get_logger("meshplane.agent.reporter")
 
+# Answers that no retry can change: the report itself is wrong, so keeping it would block the queue.
+_REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
+
 
 class Reporter:
     def __init__(self, state: LocalState, channel: Callable[[], grpc.aio.Channel], cluster: str):
@@ -53,6 +56,10 @@ class Reporter:
                     await self.state.drop_report(seq)
                 delay = 0.2
             except grpc.aio.AioRpcError as exc:
+                if exc.code() in _REFUSED:
+                    log.error("server refused a report; dropped", code=exc.code().name, detail=exc.details())
+                    await self.state.drop_report(seq)
+                    continue
                 log.warning("report not accepted yet; kept", code=exc.code().name, retry_in=round(delay, 2))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), delay * random.uniform(0.8, 1.2))

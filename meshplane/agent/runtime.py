@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Mapping
+from typing import Any
 
 import grpc
 from envoy.config.core.v3 import base_pb2
@@ -18,13 +19,14 @@ from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.config import AgentSettings, split_address
+from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
-from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resources_pb2
 from meshplane.security.tls import INSECURE_WARNING, agent_channel_credentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
@@ -40,8 +42,15 @@ _DELIVERY_STATES = {
 }
 
 
-def decode(type_url: str, body: bytes) -> Resource:
-    """A delivered message back to its validated model (InvalidObject / DecodeError on bad input)."""
+Held = Resource | dict[str, Any]
+"""What the agent holds of a delivered resource: a validated object, or a rendered Kubernetes object."""
+
+
+def decode(type_url: str, body: bytes) -> Held:
+    """A delivered message back to its validated model, or to the Kubernetes object of a rendered
+    manifest (InvalidObject / DecodeError / KeyError on bad input)."""
+    if type_url == MANIFEST_TYPE:
+        return from_manifest(resources_pb2.Manifest.FromString(body))
     info = REGISTRY.by_type_url(type_url)
     message = info.message()  # type: ignore[misc]
     message.ParseFromString(body)
@@ -63,8 +72,8 @@ class Agent:
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
         )
-        self.objects: dict[str, dict[str, Resource]] = {}
-        self.serving: dict[str, dict[str, Resource]] = {}
+        self.objects: dict[str, dict[str, Held]] = {}
+        self.serving: dict[str, dict[str, Held]] = {}
         self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -85,20 +94,20 @@ class Agent:
 
     async def _load_state(self) -> LocalState:
         state = await LocalState.open(self.settings.state_dir)
-        for info in REGISTRY.delivered():
-            held = self.objects.setdefault(info.type_url, {})
-            for name, resource in state.resources(info.type_url).items():
+        for type_url in DELIVERED_TYPE_URLS:
+            held = self.objects.setdefault(type_url, {})
+            for name, resource in state.resources(type_url).items():
                 try:
-                    held[name] = decode(info.type_url, resource.body)
+                    held[name] = decode(type_url, resource.body)
                 except (InvalidObject, ValueError) as exc:
                     log.error("held resource no longer validates; skipped", name=name, error=str(exc))
         return state
 
-    def _servable(self) -> dict[str, dict[str, Resource]]:
+    def _servable(self) -> dict[str, dict[str, Held]]:
         """What the gateways should serve: everything held, except versions they rejected, for which the
         last version they took stays in force (or nothing, for an object they never took)."""
         assert self.state is not None
-        servable: dict[str, dict[str, Resource]] = {}
+        servable: dict[str, dict[str, Held]] = {}
         for type_url, held in self.objects.items():
             versions = self.state.versions(type_url)
             out = servable[type_url] = {}
@@ -109,7 +118,7 @@ class Agent:
                     out[name] = good
         return servable
 
-    async def _publish(self, servable: dict[str, dict[str, Resource]]) -> PublishOutcome:
+    async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
         apis = servable.get(API_TYPE, {}).values()
         return await self.publisher.publish(translate_apis(apis, self.gateway_settings))
 
@@ -138,6 +147,7 @@ class Agent:
                         type_url=type_url, name=name, version=version, state=state, message=outcome.message
                     )
                     for (type_url, name), version in changed.items()
+                    if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
                 ]
             )
 
@@ -193,7 +203,7 @@ class Agent:
         client = DeltaClient(
             lambda: self._channel,  # type: ignore[arg-type,return-value]
             base_pb2.Node(id=self.settings.cluster, cluster=self.settings.cluster),
-            [info.type_url for info in REGISTRY.delivered()],
+            DELIVERED_TYPE_URLS,
             initial_versions=state.versions,
             on_update=self.apply_update,
         )

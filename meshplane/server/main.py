@@ -22,6 +22,7 @@ from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.compaction import Compactor
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
 from meshplane.server.leader import Leadership
+from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.server.status import StatusRollup
 from meshplane.server.sync import ProjectionFeeder
@@ -114,7 +115,7 @@ async def run_server(
     await ensure_default_project(store)
     cache = ResourceCache()
     projection = FleetProjection(cache)
-    feeder = ProjectionFeeder(store, projection)
+    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
     clusters = ClusterRegistry(store)
     leadership = Leadership(store)
     rollup = StatusRollup(store, projection, clusters, leadership)

@@ -16,6 +16,7 @@ from typing import Any
 from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.server.intent_checks import check_intent
 from meshplane.server.problems import Problem
 from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
@@ -119,6 +120,7 @@ class ObjectService:
         if project is not None:
             await self.require_project(project)
         resource = self.validate(info, project, None, doc)
+        await check_intent(self.store, resource)
         meta = resource.metadata
         stored = await self.store.create(
             info.kind,
@@ -136,6 +138,7 @@ class ObjectService:
         if project is not None:
             await self.require_project(project)
         resource = self.validate(info, project, name, doc)
+        await check_intent(self.store, resource)
         meta = resource.metadata
         expected = parse_revision(if_match, "If-Match")
         if expected is None:

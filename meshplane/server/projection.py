@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
@@ -108,7 +109,7 @@ class FleetProjection:
 
     def cluster_resources(self, cluster: str) -> dict[str, dict[str, VersionedResource]]:
         """What one cluster receives: type URL -> name -> resource."""
-        return {info.type_url: dict(self.cache.resources(cluster, info.type_url)) for info in REGISTRY.delivered()}
+        return {type_url: dict(self.cache.resources(cluster, type_url)) for type_url in DELIVERED_TYPE_URLS}
 
     def _replace_cluster(self, name: str) -> None:
         for key, obj in self.objects.items():
@@ -123,6 +124,8 @@ class FleetProjection:
 
     def _publish_cluster(self, cluster: str) -> None:
         snapshot: dict[str, dict[str, VersionedResource]] = {info.type_url: {} for info in REGISTRY.delivered()}
+        # Rendered manifests are kept by the manifest projection; a snapshot of objects leaves them be.
+        snapshot[MANIFEST_TYPE] = dict(self.cache.resources(cluster, MANIFEST_TYPE))
         for key, clusters in self.placed.items():
             if cluster in clusters:
                 obj = self.objects[key]

@@ -7,21 +7,25 @@ import asyncio
 from meshplane.model.registry import REGISTRY
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
+from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
 from meshplane.server.projection import FleetProjection, ObjectKey
 from meshplane.store.errors import Compacted, NotFound
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.sync")
 
-_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered())]
+_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *RENDERED_FROM]
 
 
 class ProjectionFeeder:
     """Level-triggered: every batch of events names objects to re-read, never trusts event payloads."""
 
-    def __init__(self, store: Store, projection: FleetProjection, poll_interval: float = 1.0):
+    def __init__(
+        self, store: Store, projection: FleetProjection, manifests: ManifestProjection, poll_interval: float = 1.0
+    ):
         self.store = store
         self.projection = projection
+        self.manifests = manifests
         self.poll_interval = poll_interval
         self.ready = asyncio.Event()
         self.revision = 0
@@ -37,7 +41,9 @@ class ProjectionFeeder:
     async def _load(self) -> None:
         revision, objects = await self.store.snapshot(_WATCHED_KINDS)
         clusters = [o for o in objects if o.kind == "Cluster"]
-        self.projection.reset([o for o in objects if o.kind != "Cluster"], clusters)
+        self.manifests.reset(o for o in objects if o.kind == "Cluster" or o.kind in RENDERED_FROM)
+        self.manifests.flush()
+        self.projection.reset([o for o in objects if o.kind != "Cluster" and o.kind not in RENDERED_FROM], clusters)
         self._advance(revision)
         self.ready.set()
         log.info("projection loaded", revision=revision, objects=len(objects) - len(clusters), clusters=len(clusters))
@@ -65,6 +71,13 @@ class ProjectionFeeder:
             except NotFound:
                 current.append(((kind, project, name), None))
         for (kind, project, name), stored in current:
+            if kind == "Cluster" or kind in RENDERED_FROM:
+                if stored is None:
+                    self.manifests.remove((kind, project, name))
+                else:
+                    self.manifests.upsert(stored)
+            if kind in RENDERED_FROM:
+                continue
             if kind == "Cluster":
                 if stored is None:
                     self.projection.remove_cluster(name)
@@ -74,6 +87,7 @@ class ProjectionFeeder:
                 self.projection.remove_object((kind, project, name))
             else:
                 self.projection.upsert_object(stored)
+        self.manifests.flush()
 
     def _advance(self, revision: int) -> None:
         self.revision = revision

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshplane.model.registry import REGISTRY
+from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import Compacted
@@ -37,7 +38,7 @@ async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(t
         await store.create("Cluster", "", "edge-1", spec={})
         await store.create("API", "shop", "orders", spec=api_spec(9001))
         cache = ResourceCache()
-        feeder = ProjectionFeeder(store, FleetProjection(cache), poll_interval=0.05)
+        feeder = ProjectionFeeder(store, FleetProjection(cache), ManifestProjection(cache), poll_interval=0.05)
         await feeder._load()
 
         # While this server was not tailing: changes, then compaction past where it stopped.

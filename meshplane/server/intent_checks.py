@@ -1,0 +1,76 @@
+"""Write-time checks that span objects: what an intent names must exist, and what it claims must be free.
+
+Single-object rules live in the models; these need the store. Unknown references are 422 with the
+field path; a host or service port another intent already claims is 409.
+"""
+
+from __future__ import annotations
+
+from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec
+from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.server.problems import Problem
+from meshplane.store.store import Store
+
+
+async def check_intent(store: Store, resource: Resource) -> None:
+    """Raise InvalidObject (422) or Problem(409) when an intent does not fit with what is stored."""
+    spec = resource.spec
+    project = resource.metadata.project or ""
+    if not isinstance(spec, ServiceIntentSpec | EgressIntentSpec | IngressIntentSpec):
+        return
+    clouds = {o.name for o in (await store.list("LogicalCloud", project))[0]}
+    errors = []
+    if spec.placement.logical_cloud and spec.placement.logical_cloud not in clouds:
+        errors.append(_unknown_cloud("spec.placement.logicalCloud", spec.placement.logical_cloud))
+    if isinstance(spec, ServiceIntentSpec | EgressIntentSpec):
+        for index, client in enumerate(spec.clients):
+            cloud = client.service.logical_cloud if client.service else None
+            if cloud and cloud not in clouds:
+                errors.append(_unknown_cloud(f"spec.clients[{index}].service.logicalCloud", cloud))
+    if isinstance(spec, IngressIntentSpec):
+        services = {o.spec["service"]["name"] for o in (await store.list("ServiceIntent", project))[0]}
+        for index, route in enumerate(spec.routes):
+            for target in route.targets:
+                if target.service not in services:
+                    errors.append(
+                        FieldError(
+                            path=f"spec.routes[{index}]",
+                            message=f"no ServiceIntent in project {project!r} serves {target.service!r}",
+                        )
+                    )
+    if errors:
+        raise InvalidObject(errors)
+    await _check_claims(store, resource)
+
+
+def _unknown_cloud(path: str, name: str) -> FieldError:
+    return FieldError(path=path, message=f"logical cloud {name!r} does not exist in this project")
+
+
+async def _check_claims(store: Store, resource: Resource) -> None:
+    """A user-facing host belongs to one IngressIntent, and a service port of a logical cloud to one
+    ServiceIntent: two claimants would render conflicting Istio objects."""
+    me = (resource.metadata.project, resource.metadata.name)
+    spec = resource.spec
+    if isinstance(spec, IngressIntentSpec):
+        for other in (await store.list("IngressIntent"))[0]:
+            if (other.project, other.name) == me:
+                continue
+            taken = set(spec.hosts) & set(other.spec.get("hosts", []))
+            if taken:
+                raise Problem(
+                    409, f"host {sorted(taken)[0]} is already claimed by IngressIntent {other.project}/{other.name}"
+                )
+    if isinstance(spec, ServiceIntentSpec):
+        mine = (spec.placement.logical_cloud, spec.service.name, spec.service.port)
+        for other in (await store.list("ServiceIntent", resource.metadata.project))[0]:
+            if (other.project, other.name) == me:
+                continue
+            theirs = (
+                (other.spec.get("placement") or {}).get("logicalCloud"),
+                other.spec["service"]["name"],
+                other.spec["service"]["port"],
+            )
+            if theirs == mine:
+                owner = f"ServiceIntent {other.project}/{other.name}"
+                raise Problem(409, f"service {mine[1]} port {mine[2]} is already claimed by {owner}")

@@ -1,0 +1,94 @@
+"""Rendered intents per cluster, kept in the xDS cache beside the delivered objects.
+
+Intents, logical clouds and clusters feed one pure render per cluster; it runs once per batch of
+changes, and since versions are content hashes, a cluster whose rendering did not change is not
+pushed anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from meshplane.model.kinds import ClusterSpec
+from meshplane.model.manifests import MANIFEST_TYPE, manifest_name, to_manifest
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import Resource
+from meshplane.observability.logging import get_logger
+from meshplane.server.objects import to_resource
+from meshplane.server.projection import ObjectKey
+from meshplane.server.render.cluster import render_cluster
+from meshplane.server.render.fleet import ClusterInfo, Fleet
+from meshplane.store.records import StoredObject
+from meshplane.xds.cache import ResourceCache
+from meshplane.xds.resource import VersionedResource, pack
+
+log = get_logger("meshplane.server.manifests")
+
+RENDERED_FROM = ("LogicalCloud", "ServiceIntent", "EgressIntent", "IngressIntent")
+
+
+def cluster_info(stored: StoredObject) -> ClusterInfo:
+    spec = ClusterSpec.model_validate(stored.spec)
+    return ClusterInfo(stored.name, dict(stored.labels), spec.east_west_gateway)
+
+
+def render_fleet(clusters: Iterable[ClusterInfo], sources: Iterable[Resource]) -> Fleet:
+    """The render input from clusters and validated LogicalCloud / intent resources."""
+    by_kind: dict[str, list[Resource]] = {kind: [] for kind in RENDERED_FROM}
+    for resource in sources:
+        by_kind[resource.kind].append(resource)
+    return Fleet(
+        clusters={c.name: c for c in clusters},
+        logical_clouds={(r.metadata.project or "", r.metadata.name): r.spec for r in by_kind["LogicalCloud"]},
+        service_intents=by_kind["ServiceIntent"],
+        egress_intents=by_kind["EgressIntent"],
+        ingress_intents=by_kind["IngressIntent"],
+    )
+
+
+def packed_manifests(objects: Iterable[dict]) -> dict[str, VersionedResource]:
+    return {manifest_name(obj): pack(manifest_name(obj), to_manifest(obj)) for obj in objects}
+
+
+class ManifestProjection:
+    def __init__(self, cache: ResourceCache):
+        self.cache = cache
+        self.sources: dict[ObjectKey, Resource] = {}
+        self.clusters: dict[str, ClusterInfo] = {}
+        self._stale = True
+
+    def reset(self, objects: Iterable[StoredObject]) -> None:
+        self.sources, self.clusters = {}, {}
+        for stored in objects:
+            self.upsert(stored)
+        self._stale = True
+
+    def upsert(self, stored: StoredObject) -> None:
+        key = (stored.kind, stored.project, stored.name)
+        try:
+            if stored.kind == "Cluster":
+                self.clusters[stored.name] = cluster_info(stored)
+            elif stored.kind in RENDERED_FROM:
+                self.sources[key] = to_resource(REGISTRY.get(stored.kind), stored)
+            else:
+                return
+        except ValueError as exc:
+            log.error("stored object no longer validates; not rendered", kind=stored.kind, error=str(exc))
+            self.remove(key)
+        self._stale = True
+
+    def remove(self, key: ObjectKey) -> None:
+        kind, _, name = key
+        if kind == "Cluster" and self.clusters.pop(name, None) is not None:
+            self.cache.set_type(name, MANIFEST_TYPE, {})
+        self.sources.pop(key, None)
+        self._stale = True
+
+    def flush(self) -> None:
+        """Render every cluster if anything changed since the last flush."""
+        if not self._stale:
+            return
+        fleet = render_fleet(self.clusters.values(), self.sources.values())
+        for cluster in sorted(self.clusters):
+            self.cache.set_type(cluster, MANIFEST_TYPE, packed_manifests(render_cluster(fleet, cluster)))
+        self._stale = False

@@ -1,0 +1,347 @@
+"""EgressIntent → Istio: how a cluster's workloads reach one external application, and which may.
+
+Per cluster where the intent applies (`placement_targets`), in the intent's namespace there:
+
+- a ServiceEntry (MESH_EXTERNAL) for the hosts, or for the addresses under a synthesized host
+  `<intent>.<project>.external` (Istio needs a host even when matching is by address);
+- route `proxy`: a ServiceEntry for the third-party proxy and a VirtualService sending the
+  hosts' traffic to it (the proxy must forward transparently, by SNI or Host header);
+- route `egressGateway`: in `istio-system` (see `GATEWAY_NAMESPACE` for why), a Gateway on the
+  egress gateway, a DestinationRule with one subset per host, one VirtualService per host (mesh →
+  egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and an
+  AuthorizationPolicy on the egress gateway allowing only the clients' principals to those hosts;
+- in each client's namespace, the client workload's Sidecar (`<client>-sidecar`, `app=<client>`)
+  whose egress lists exactly what this intent lets it reach; Istio honours one Sidecar per
+  workload, so the cluster's render merges those of several intents into one.
+
+Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
+shares, `<intent>-<purpose>.<project>` (names.py's scheme). VirtualServices always name their
+Gateway `<namespace>/<name>`: Istio would read a bare dotted name as the legacy `<name>.<namespace>`.
+Resolution NONE through the egress gateway is rendered but cannot work for wildcard hosts: the
+gateway needs a host to resolve and an SNI to set.
+
+Only clients whose logical cloud includes the cluster get anything there; the ServiceEntries and
+VirtualServices are exported only to the namespaces that need them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from dataclasses import dataclass
+
+from meshplane.model.intents import (
+    EgressIntentSpec,
+    EgressPort,
+    EgressVia,
+    Resolution,
+    ServiceProtocol,
+)
+from meshplane.model.resource import Resource
+from meshplane.server.render.fleet import Fleet, cloud_members, owner_labels, placement_targets
+from meshplane.server.render.names import object_name, principal, service_host, sidecar_name
+
+NETWORKING = "networking.istio.io/v1"
+SECURITY = "security.istio.io/v1"
+
+GATEWAY_NAMESPACE = "istio-system"
+"""Where the egress gateway runs, and so where its Gateway, DestinationRule, VirtualServices and
+AuthorizationPolicy go: an AuthorizationPolicy's selector only reaches workloads of its own
+namespace, and clients of any namespace find a DestinationRule in the destination's namespace."""
+EGRESS_GATEWAY_SELECTOR = {"istio": "egressgateway"}
+EGRESS_GATEWAY_HOST = service_host("istio-egressgateway", GATEWAY_NAMESPACE)
+
+
+def _name(intent: Resource, purpose: str) -> str:
+    """In the intent's namespace: `<intent>-<purpose>`."""
+    return object_name(intent.metadata.name, purpose)
+
+
+def _gateway_side_name(intent: Resource, purpose: str) -> str:
+    """In `istio-system`, which every project shares: `<intent>-<purpose>-<project>`."""
+    return object_name(intent.metadata.name, purpose, intent.metadata.project)
+
+
+def subset_name(intent: Resource, index: int) -> str:
+    """A DestinationRule subset name: a DNS label, unique among every project's subsets of the
+    egress gateway host (Istio merges their DestinationRules in one namespace)."""
+    key = f"{intent.metadata.project}/{intent.kind}/{intent.metadata.name}/{index}"
+    suffix = f"-{index}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    return intent.metadata.name[: 63 - len(suffix)].rstrip("-") + suffix
+
+
+def k8s_object(api_version: str, kind: str, name: str, namespace: str, labels: dict[str, str], spec: dict) -> dict:
+    """A namespaced Kubernetes object; `spec` is copied so that no two places of the output share a list."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "spec": json.loads(json.dumps(spec)),
+    }
+
+
+def gateway_ref(namespace: str, name: str) -> str:
+    """How a VirtualService names a Gateway: always `<namespace>/<name>`, because Istio reads a bare
+    name with a dot (as qualified names have) as the legacy `<name>.<namespace>` form."""
+    return f"{namespace}/{name}"
+
+
+def sort_objects(objects: list[dict]) -> list[dict]:
+    return sorted(objects, key=lambda o: (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]))
+
+
+@dataclass(frozen=True, order=True)
+class _Client:
+    namespace: str
+    name: str
+    service_account: str
+
+    @property
+    def principal(self) -> str:
+        return principal(self.namespace, self.service_account)
+
+
+def _clients_here(
+    fleet: Fleet, intent: Resource, spec: EgressIntentSpec, cluster: str, namespace: str
+) -> list[_Client]:
+    """The clients that run in `cluster`: those whose logical cloud (default: the intent's) has it."""
+    project = intent.metadata.project or ""
+    found: set[_Client] = set()
+    for client in spec.clients:
+        service = client.service
+        cloud = service.logical_cloud or spec.placement.logical_cloud
+        if cloud is None:
+            client_ns = service.namespace or namespace
+        else:
+            members = cloud_members(fleet, project, cloud)
+            if cluster not in members:
+                continue
+            client_ns = service.namespace or members[cluster]
+        found.add(_Client(client_ns, service.name, service.service_account or service.name))
+    return sorted(found)
+
+
+def _hosts(intent: Resource, spec: EgressIntentSpec) -> list[str]:
+    if spec.hosts:
+        return sorted(set(spec.hosts))
+    return [f"{intent.metadata.name}.{intent.metadata.project}.external"]
+
+
+def _port_name(port: EgressPort) -> str:
+    return port.name or f"{port.protocol.value.lower()}-{port.number}"
+
+
+def _ports(spec: EgressIntentSpec) -> list[EgressPort]:
+    return sorted({p.number: p for p in spec.ports}.values(), key=lambda p: p.number)
+
+
+def _service_entry(intent: Resource, spec: EgressIntentSpec, namespace: str, export_to: list[str]) -> dict:
+    body: dict = {
+        "hosts": _hosts(intent, spec),
+        "location": "MESH_EXTERNAL",
+        "ports": [{"number": p.number, "name": _port_name(p), "protocol": p.protocol.value} for p in _ports(spec)],
+        "resolution": spec.resolution.value,
+        "exportTo": export_to,
+    }
+    addresses = sorted(set(spec.addresses), key=ipaddress.ip_address)
+    if addresses:
+        body["addresses"] = addresses
+    if spec.resolution is Resolution.STATIC:
+        body["endpoints"] = [{"address": a} for a in addresses]
+    return k8s_object(NETWORKING, "ServiceEntry", _name(intent, "external"), namespace, owner_labels(intent), body)
+
+
+def _sni_routable(spec: EgressIntentSpec) -> bool:
+    """TLS can be told apart by SNI only when the intent names real hosts."""
+    return bool(spec.hosts)
+
+
+def _proxy_objects(
+    intent: Resource, spec: EgressIntentSpec, namespace: str, export_to: list[str]
+) -> tuple[list[dict], str]:
+    """The proxy's ServiceEntry and the VirtualService sending the hosts to it; and the proxy's host."""
+    proxy = spec.route.proxy
+    assert proxy is not None  # the model guarantees it for via=proxy
+    labels = owner_labels(intent)
+    try:
+        ipaddress.ip_address(proxy.address)
+        proxy_host = f"{intent.metadata.name}-proxy.{intent.metadata.project}.external"
+        resolution, endpoints = "STATIC", [{"address": proxy.address}]
+    except ValueError:
+        proxy_host, resolution, endpoints = proxy.address, "DNS", []
+    proxy_entry: dict = {
+        "hosts": [proxy_host],
+        "location": "MESH_EXTERNAL",
+        "ports": [{"number": proxy.port, "name": f"tcp-{proxy.port}", "protocol": "TCP"}],
+        "resolution": resolution,
+        "exportTo": export_to,
+    }
+    if endpoints:
+        proxy_entry["endpoints"] = endpoints
+    to_proxy = [{"destination": {"host": proxy_host, "port": {"number": proxy.port}}}]
+    hosts = _hosts(intent, spec)
+    http, tls, tcp = [], [], []
+    for port in _ports(spec):
+        if port.protocol.is_http:
+            http.append({"match": [{"port": port.number}], "route": to_proxy})
+        elif port.protocol is ServiceProtocol.TLS and _sni_routable(spec):
+            tls.append({"match": [{"port": port.number, "sniHosts": hosts}], "route": to_proxy})
+        else:
+            tcp.append({"match": [{"port": port.number}], "route": to_proxy})
+    route_spec: dict = {"hosts": hosts, "exportTo": export_to}
+    route_spec.update({k: v for k, v in (("http", http), ("tls", tls), ("tcp", tcp)) if v})
+    return [
+        k8s_object(NETWORKING, "ServiceEntry", _name(intent, "proxy"), namespace, labels, proxy_entry),
+        k8s_object(NETWORKING, "VirtualService", _name(intent, "proxy"), namespace, labels, route_spec),
+    ], proxy_host
+
+
+def _gateway_objects(
+    intent: Resource, spec: EgressIntentSpec, clients: list[_Client], export_to: list[str]
+) -> list[dict]:
+    labels = owner_labels(intent)
+    hosts = _hosts(intent, spec)
+    ports = _ports(spec)
+    gateway_name = _gateway_side_name(intent, "egress")
+    gateway = gateway_ref(GATEWAY_NAMESPACE, gateway_name)
+    servers = []
+    for port in ports:
+        # The mesh leg is always ISTIO_MUTUAL so that the gateway sees each client's identity;
+        # TLS from the application stays inside it, untouched, all the way to the external host.
+        protocol = "HTTPS" if port.protocol.is_http else "TLS"
+        servers.append(
+            {
+                "port": {"number": port.number, "name": f"{protocol.lower()}-{port.number}", "protocol": protocol},
+                "hosts": hosts,
+                "tls": {"mode": "ISTIO_MUTUAL"},
+            }
+        )
+    objects = [
+        k8s_object(
+            NETWORKING,
+            "Gateway",
+            gateway_name,
+            GATEWAY_NAMESPACE,
+            labels,
+            {"selector": dict(EGRESS_GATEWAY_SELECTOR), "servers": servers},
+        )
+    ]
+    subsets = []
+    for index, host in enumerate(hosts):
+        subset = subset_name(intent, index)
+        subsets.append(
+            {
+                "name": subset,
+                "trafficPolicy": {
+                    "portLevelSettings": [
+                        {"port": {"number": p.number}, "tls": {"mode": "ISTIO_MUTUAL", "sni": host}} for p in ports
+                    ]
+                },
+            }
+        )
+        # One VirtualService per host: behind ISTIO_MUTUAL the gateway tells hosts apart only by the
+        # server (SNI) a VirtualService's hosts bind to, so hosts cannot share one.
+        http, tls, tcp = [], [], []
+        for port in ports:
+            to_gateway = [
+                {"destination": {"host": EGRESS_GATEWAY_HOST, "subset": subset, "port": {"number": port.number}}}
+            ]
+            to_external = [{"destination": {"host": host, "port": {"number": port.number}}}]
+            if port.protocol.is_http:
+                http.append({"match": [{"gateways": ["mesh"], "port": port.number}], "route": to_gateway})
+                http.append({"match": [{"gateways": [gateway], "port": port.number}], "route": to_external})
+                continue
+            if port.protocol is ServiceProtocol.TLS and _sni_routable(spec):
+                tls.append(
+                    {"match": [{"gateways": ["mesh"], "port": port.number, "sniHosts": [host]}], "route": to_gateway}
+                )
+            else:
+                tcp.append({"match": [{"gateways": ["mesh"], "port": port.number}], "route": to_gateway})
+            tcp.append({"match": [{"gateways": [gateway], "port": port.number}], "route": to_external})
+        route_spec: dict = {"hosts": [host], "gateways": ["mesh", gateway], "exportTo": export_to}
+        route_spec.update({k: v for k, v in (("http", http), ("tls", tls), ("tcp", tcp)) if v})
+        objects.append(
+            k8s_object(
+                NETWORKING,
+                "VirtualService",
+                _gateway_side_name(intent, f"egress-{index}"),
+                GATEWAY_NAMESPACE,
+                labels,
+                route_spec,
+            )
+        )
+    objects.append(
+        k8s_object(
+            NETWORKING,
+            "DestinationRule",
+            _gateway_side_name(intent, "egress"),
+            GATEWAY_NAMESPACE,
+            labels,
+            {"host": EGRESS_GATEWAY_HOST, "exportTo": export_to, "subsets": subsets},
+        )
+    )
+    # Always present, even with no clients here: an ALLOW policy that matches nobody keeps the
+    # hosts closed instead of leaving them to whatever other policies the gateway has.
+    policy: dict = {"selector": {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}, "action": "ALLOW"}
+    if clients:
+        policy["rules"] = [
+            {
+                "from": [{"source": {"principals": sorted({c.principal for c in clients})}}],
+                "to": [{"operation": {"ports": [str(p.number) for p in ports]}}],
+                # The mesh leg's SNI is the external host (the DestinationRule sets it): scope by it
+                # so that this policy opens only this intent's hosts.
+                "when": [{"key": "connection.sni", "values": hosts}],
+            }
+        ]
+    objects.append(
+        k8s_object(
+            SECURITY, "AuthorizationPolicy", _gateway_side_name(intent, "egress"), GATEWAY_NAMESPACE, labels, policy
+        )
+    )
+    return objects
+
+
+def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[dict]:
+    """The objects `cluster` needs for one EgressIntent, sorted by (kind, namespace, name)."""
+    spec: EgressIntentSpec = intent.spec
+    targets = placement_targets(fleet, intent.metadata.project or "", spec.placement)
+    if cluster not in targets:
+        return []
+    namespace = targets[cluster]
+    via = spec.route.via
+    clients = _clients_here(fleet, intent, spec, cluster, namespace)
+    audience = {namespace, *(c.namespace for c in clients)}
+    if via is EgressVia.EGRESS_GATEWAY:
+        audience.add(GATEWAY_NAMESPACE)
+    export_to = sorted(audience)
+
+    objects = [_service_entry(intent, spec, namespace, export_to)]
+    hosts = _hosts(intent, spec)
+    reachable = [f"{namespace}/{h}" for h in hosts]
+    if via is EgressVia.PROXY:
+        proxy_objects, proxy_host = _proxy_objects(intent, spec, namespace, export_to)
+        objects += proxy_objects
+        reachable.append(f"{namespace}/{proxy_host}")
+    elif via is EgressVia.EGRESS_GATEWAY:
+        gateway_export = sorted({GATEWAY_NAMESPACE, *(c.namespace for c in clients)})
+        objects += _gateway_objects(intent, spec, clients, gateway_export)
+        reachable += [f"{GATEWAY_NAMESPACE}/{h}" for h in hosts]
+        reachable.append(f"{GATEWAY_NAMESPACE}/{EGRESS_GATEWAY_HOST}")
+
+    labels = owner_labels(intent)
+    for client_ns, client_name in {(c.namespace, c.name) for c in clients}:
+        objects.append(
+            k8s_object(
+                NETWORKING,
+                "Sidecar",
+                sidecar_name(client_name),
+                client_ns,
+                labels,
+                {
+                    "workloadSelector": {"labels": {"app": client_name}},
+                    "egress": [{"hosts": sorted(set(reachable))}],
+                },
+            )
+        )
+    return sort_objects(objects)

@@ -1,0 +1,257 @@
+"""IngressIntent → Istio and external-dns: user-facing hosts on a cluster's ingress gateway.
+
+Per cluster where the intent applies (`placement_targets`):
+
+- in the intent's namespace, a Gateway per entity (`<intent>-gateway.<entity>`): HTTPS 443 with the
+  entity's TLS mode and credential, a TLS 443 server for PASSTHROUGH, HTTP 80 without TLS. The hosts
+  are bound as `./<host>`, so only VirtualServices of the intent's namespace can claim them. With
+  one entity the Gateway selects the stock ingress gateway (`istio: ingressgateway`); with several,
+  each selects its own gateway pods (`meshplane.io/ingress-entity: <entity>` as well), since
+  servers for one host and port with different TLS settings cannot share gateway pods;
+- a VirtualService (`<intent>-ingress`) binding the hosts to those Gateways: HTTP routes, most
+  specific match first, to `<service>.<namespace>.svc.cluster.local` with split weights, and for
+  PASSTHROUGH entities a TLS route by SNI to the least specific route's targets;
+- in `istio-system`, where the ingress gateway runs (an AuthorizationPolicy reaches only workloads of
+  its own namespace), an ALLOW and, when there are DENY rules, a DENY AuthorizationPolicy, named
+  `<intent>-ingress-allow|deny.<project>`. Every rule is scoped to the intent's hosts, so one intent's
+  rules never open or close another's; source ranges are `remoteIpBlocks` (the client's address,
+  from X-Forwarded-For when the gateway trusts a load balancer in front of it). With no ALLOW rules
+  the hosts are open to everyone: an ALLOW policy from another intent on the same gateway would
+  otherwise close them;
+- a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled `meshplane.io/dns-server`,
+  with an A / AAAA / CNAME record per host of that server's zones. The target is the cluster's
+  `eastWestGateway.address`, standing in for an ingress address the Cluster kind does not have yet;
+  with no address known there are no records. Named `<intent>-dns.<server>`.
+
+Request principals and JWT claims are only as good as the RequestAuthentication that validates the
+tokens on the ingress gateway; the intent has no issuer fields yet, so none is rendered here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+
+from meshplane.model.intents import (
+    Action,
+    Entity,
+    IngressAccess,
+    IngressIntentSpec,
+    IngressRoute,
+    RouteTarget,
+    TlsMode,
+)
+from meshplane.model.resource import Resource
+from meshplane.server.render.egress import (
+    GATEWAY_NAMESPACE,
+    NETWORKING,
+    SECURITY,
+    gateway_ref,
+    k8s_object,
+    sort_objects,
+)
+from meshplane.server.render.fleet import GROUP_LABEL, Fleet, owner_labels, placement_targets
+from meshplane.server.render.names import object_name, service_host
+
+INGRESS_GATEWAY_SELECTOR = {"istio": "ingressgateway"}
+ENTITY_LABEL = f"{GROUP_LABEL}/ingress-entity"
+DNS_SERVER_LABEL = f"{GROUP_LABEL}/dns-server"
+"""external-dns of each DNS server runs with `--label-filter=meshplane.io/dns-server=<server>`."""
+DNS_API_VERSION = "externaldns.k8s.io/v1alpha1"
+
+
+def _entities(spec: IngressIntentSpec) -> list[Entity]:
+    return sorted({e.name: e for e in spec.entities}.values(), key=lambda e: e.name)
+
+
+def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, namespace: str) -> dict:
+    bound = [f"./{h}" for h in hosts]
+    tls = entity.tls
+    if tls is None:
+        server: dict = {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": bound}
+    elif tls.mode is TlsMode.PASSTHROUGH:
+        server = {
+            "port": {"number": 443, "name": "tls", "protocol": "TLS"},
+            "hosts": bound,
+            "tls": {"mode": "PASSTHROUGH"},
+        }
+    else:
+        server = {
+            "port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+            "hosts": bound,
+            "tls": {"mode": tls.mode.value, "credentialName": tls.credential_name},
+        }
+    selector = dict(INGRESS_GATEWAY_SELECTOR)
+    if several:
+        selector[ENTITY_LABEL] = entity.name
+    return k8s_object(
+        NETWORKING,
+        "Gateway",
+        object_name(intent.metadata.name, "gateway", entity.name),
+        namespace,
+        owner_labels(intent),
+        {"selector": selector, "servers": [server]},
+    )
+
+
+def _specificity(route: IngressRoute) -> tuple:
+    """Istio takes the first matching route: exact paths first, then longer prefixes."""
+    match = route.match
+    path = match.exact if match.exact is not None else match.prefix or ""
+    return (match.exact is None, -len(path), path, [(t.service, t.port, t.weight) for t in route.targets])
+
+
+def _destinations(targets: list[RouteTarget], namespace: str, weighted: bool) -> list[dict]:
+    out = []
+    for target in targets:
+        destination: dict = {
+            "destination": {"host": service_host(target.service, namespace), "port": {"number": target.port}}
+        }
+        if weighted:
+            destination["weight"] = target.weight
+        out.append(destination)
+    return out
+
+
+def _virtual_service(intent: Resource, spec: IngressIntentSpec, gateways: dict[str, Entity], namespace: str) -> dict:
+    """`gateways`: the entities by their Gateway's `<namespace>/<name>`."""
+    hosts = sorted(set(spec.hosts))
+    routes = sorted(spec.routes, key=_specificity)
+    http = []
+    for route in routes:
+        uri = {"exact": route.match.exact} if route.match.exact is not None else {"prefix": route.match.prefix}
+        http.append({"match": [{"uri": uri}], "route": _destinations(route.targets, namespace, bool(route.split))})
+    body: dict = {"hosts": hosts, "gateways": sorted(gateways), "http": http}
+    passthrough = sorted(n for n, e in gateways.items() if e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH)
+    if passthrough:
+        # SNI is all a passthrough gateway sees: the catch-all route (the least specific) decides.
+        fallback = routes[-1]
+        body["tls"] = [
+            {
+                "match": [{"gateways": passthrough, "port": 443, "sniHosts": hosts}],
+                "route": _destinations(fallback.targets, namespace, bool(fallback.split)),
+            }
+        ]
+    return k8s_object(
+        NETWORKING,
+        "VirtualService",
+        object_name(intent.metadata.name, "ingress"),
+        namespace,
+        owner_labels(intent),
+        body,
+    )
+
+
+def _rules(access: list[IngressAccess], hosts: list[str], passthrough: bool) -> list[dict]:
+    """One rule per access entry (entries OR, conditions within one AND), each scoped to the hosts."""
+    rules = []
+    host_match = sorted({*hosts, *(f"{h}:*" for h in hosts)})
+    for entry in access:
+        source: dict = {}
+        if entry.sources.ip_blocks:
+            source["remoteIpBlocks"] = sorted(set(entry.sources.ip_blocks))
+        if entry.sources.request_principals:
+            source["requestPrincipals"] = sorted(set(entry.sources.request_principals))
+        claims = [{"key": f"request.auth.claims[{k}]", "values": [v]} for k, v in sorted(entry.jwt_claims.items())]
+        rule: dict = {}
+        if source:
+            rule["from"] = [{"source": source}]
+        rule["to"] = [{"operation": {"hosts": host_match}}]
+        if claims:
+            rule["when"] = claims
+        rules.append(rule)
+        # TLS passthrough hides requests: only source ranges can be checked, and the SNI scopes them.
+        if passthrough and not entry.sources.request_principals and not claims:
+            tcp_rule: dict = {"when": [{"key": "connection.sni", "values": hosts}]}
+            if source:
+                tcp_rule = {"from": [{"source": source}], **tcp_rule}
+            rules.append(tcp_rule)
+    return rules
+
+
+def _policies(intent: Resource, spec: IngressIntentSpec, passthrough: bool) -> list[dict]:
+    hosts = sorted(set(spec.hosts))
+    allow = [a for a in spec.access if a.action is Action.ALLOW] or [IngressAccess()]
+    deny = [a for a in spec.access if a.action is Action.DENY]
+    out = []
+    for action, entries in ((Action.ALLOW, allow), (Action.DENY, deny)):
+        if not entries:
+            continue
+        rules = _rules(entries, hosts, passthrough)
+        # Order-independent: the same access entries in any order give the same policy.
+        rules = sorted({repr(sorted(r.items())): r for r in rules}.items())
+        out.append(
+            k8s_object(
+                SECURITY,
+                "AuthorizationPolicy",
+                object_name(intent.metadata.name, f"ingress-{action.value.lower()}", intent.metadata.project),
+                GATEWAY_NAMESPACE,
+                owner_labels(intent),
+                {
+                    "selector": {"matchLabels": dict(INGRESS_GATEWAY_SELECTOR)},
+                    "action": action.value,
+                    "rules": [r for _, r in rules],
+                },
+            )
+        )
+    return out
+
+
+def _in_zone(host: str, zone: str) -> bool:
+    zone = zone.rstrip(".")
+    bare = host.removeprefix("*.")
+    return bare == zone or host.endswith(f".{zone}")
+
+
+def _record_type(address: str) -> str:
+    try:
+        return "A" if ipaddress.ip_address(address).version == 4 else "AAAA"
+    except ValueError:
+        return "CNAME"
+
+
+def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, address: str | None, namespace: str) -> list[dict]:
+    if not address:
+        return []
+    zones: dict[str, set[str]] = defaultdict(set)
+    for target in spec.dns:
+        zones[target.server].add(target.zone)
+    out = []
+    for server in sorted(zones):
+        names = sorted({h for h in spec.hosts for z in zones[server] if _in_zone(h, z)})
+        if not names:
+            continue
+        labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}
+        endpoints = [{"dnsName": n, "recordType": _record_type(address), "targets": [address]} for n in names]
+        out.append(
+            {
+                "apiVersion": DNS_API_VERSION,
+                "kind": "DNSEndpoint",
+                "metadata": {
+                    "name": object_name(intent.metadata.name, "dns", server),
+                    "namespace": namespace,
+                    "labels": labels,
+                },
+                "spec": {"endpoints": endpoints},
+            }
+        )
+    return out
+
+
+def render_ingress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[dict]:
+    """The objects `cluster` needs for one IngressIntent, sorted by (kind, namespace, name)."""
+    spec: IngressIntentSpec = intent.spec
+    targets = placement_targets(fleet, intent.metadata.project or "", spec.placement)
+    if cluster not in targets:
+        return []
+    namespace = targets[cluster]
+    hosts = sorted(set(spec.hosts))
+    entities = _entities(spec)
+    objects = [_gateway(intent, e, hosts, len(entities) > 1, namespace) for e in entities]
+    gateways = {gateway_ref(namespace, o["metadata"]["name"]): e for o, e in zip(objects, entities, strict=True)}
+    objects.append(_virtual_service(intent, spec, gateways, namespace))
+    passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in entities)
+    objects += _policies(intent, spec, passthrough)
+    east_west = fleet.clusters[cluster].east_west
+    objects += _dns_endpoints(intent, spec, east_west.address if east_west else None, namespace)
+    return sort_objects(objects)

@@ -1,0 +1,49 @@
+"""`meshplane render`: what one cluster would receive, computed from YAML files with no server.
+
+The same functions the server uses (placement, rendering) on objects read from files; Cluster objects
+in the files give the fleet its labels and east-west gateways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from meshplane.model.manifests import DELIVERED_TYPE_URLS
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import Resource
+from meshplane.server.manifests import RENDERED_FROM, render_fleet
+from meshplane.server.projection import placement_of
+from meshplane.server.render.cluster import render_cluster
+from meshplane.server.render.fleet import ClusterInfo
+
+
+def project_documents(docs: Iterable[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
+    """Delivered objects placed on `cluster`, then the manifests rendered for it; ValueError for a
+    cluster the files do not define (InvalidObject for an invalid document)."""
+    resources = [REGISTRY.parse(doc) for doc in docs]
+    clusters = {
+        r.metadata.name: ClusterInfo(r.metadata.name, r.metadata.labels, r.spec.east_west_gateway)  # type: ignore[attr-defined]
+        for r in resources
+        if r.kind == "Cluster"
+    }
+    if cluster not in clusters:
+        raise ValueError(f"cluster {cluster!r} is not defined in the files (add a Cluster object)")
+    labels = dict(clusters[cluster].labels)
+    delivered_kinds = {info.kind for info in REGISTRY.delivered() if info.type_url in DELIVERED_TYPE_URLS}
+    placed = sorted(
+        (r for r in resources if r.kind in delivered_kinds and placement_of(r).selects(cluster, labels)),
+        key=lambda r: (r.kind, r.metadata.project or "", r.metadata.name),
+    )
+    fleet = render_fleet(clusters.values(), _rendered_from(resources))
+    return [_without_status(r) for r in placed] + render_cluster(fleet, cluster)
+
+
+def _rendered_from(resources: list[Resource]) -> list[Resource]:
+    return [r for r in resources if r.kind in RENDERED_FROM]
+
+
+def _without_status(resource: Resource) -> dict[str, Any]:
+    wire = resource.to_wire()
+    wire.pop("status", None)
+    return wire

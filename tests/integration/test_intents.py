@@ -1,0 +1,108 @@
+"""Traffic intents through the server: write-time checks, per-cluster rendering, and agents receiving
+exactly what their cluster needs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from meshplane.client import load_documents
+from tests.harness.meshplane import ServerProcess, run_agent, run_server
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
+MANIFEST = "type.googleapis.com/meshplane.v1.Manifest"
+
+
+def path_of(doc: dict[str, Any]) -> str:
+    kind = doc["kind"].lower() + "s"
+    meta = doc["metadata"]
+    return (
+        f"/v1/projects/{meta['project']}/{kind}/{meta['name']}" if "project" in meta else f"/v1/{kind}/{meta['name']}"
+    )
+
+
+def apply(http: httpx.Client, *files: str) -> None:
+    for file in files:
+        for doc in load_documents((EXAMPLES / file).read_text()):
+            response = http.put(path_of(doc), json=doc)
+            assert response.status_code in (200, 201), response.text
+
+
+def manifests(http: httpx.Client, cluster: str) -> dict[str, dict]:
+    items = http.get(f"/v1/clusters/{cluster}/resources").json()["items"]
+    return {item["name"]: item for item in items if item["typeUrl"] == MANIFEST}
+
+
+def wait_until(check, seconds: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with run_server(tmp_path) as process:
+        yield process
+
+
+def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(server: ServerProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        apply(http, "clusters.yaml")
+        [intent] = load_documents((EXAMPLES / "external.yaml").read_text())
+        intent["spec"]["placement"] = {"logicalCloud": "nowhere"}
+        refused = http.put(path_of(intent), json=intent)
+        assert refused.status_code == 422
+        assert refused.json()["errors"][0]["path"] == "spec.placement.logicalCloud"
+
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        unserved = http.put(path_of(ingress), json=ingress)
+        assert unserved.status_code == 422
+        assert unserved.json()["errors"][0]["path"] == "spec.routes[0]"
+
+
+def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["metadata"]["name"] = "storefront-copy"
+        taken = http.put(path_of(ingress), json=ingress)
+        assert taken.status_code == 409
+        assert "shop.example.com" in taken.json()["detail"]
+
+
+def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: ServerProcess, tmp_path: Path) -> None:
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml")
+        wait_until(
+            lambda: "sa/cart" in json.dumps(manifests(http, "edge-1").get("shop/AuthorizationPolicy/orders-allow"))
+        )
+        wait_until(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
+        before = {c: manifests(http, c) for c in ("edge-1", "edge-2", "core-1")}
+
+        # cart loses its access to orders: the rules for it go everywhere, and core-1 (ops) is untouched.
+        intent = http.get("/v1/projects/shop/serviceintents/orders").json()
+        intent["spec"]["clients"] = [c for c in intent["spec"]["clients"] if "service" not in c]
+        assert http.put("/v1/projects/shop/serviceintents/orders", json=intent).status_code == 200
+        wait_until(
+            lambda: "sa/cart" not in json.dumps(manifests(http, "edge-1").get("shop/AuthorizationPolicy/orders-allow"))
+        )
+        after = {c: manifests(http, c) for c in ("edge-1", "edge-2", "core-1")}
+
+        assert after["core-1"] == before["core-1"]
+        for cluster in ("edge-1", "edge-2"):
+            orders_objects = {n: i for n, i in after[cluster].items() if "orders" in n and "orders-ops" not in n}
+            assert "sa/cart" not in json.dumps(orders_objects), cluster
+
+        with run_agent(tmp_path, "edge-2", server) as agent:
+
+            def held() -> set[str]:
+                dump = httpx.get(f"http://{agent.admin_address}/config_dump", timeout=5).json()
+                return {o["name"] for o in dump.get("objects", []) if o.get("typeUrl") == MANIFEST}
+
+            wait_until(lambda: held() == set(after["edge-2"]))

@@ -1,0 +1,375 @@
+"""EgressIntent rendering: a golden scenario, Istio schema validity and properties over generated fleets.
+
+Golden files: `tests/unit/render/golden/egress/<cluster>.yaml`. After a deliberate change to the
+renderer, regenerate them with `MESHPLANE_REGENERATE_GOLDEN=1 .venv/bin/pytest tests/unit/render`,
+review the diff, and check them in.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from meshplane.model.intents import LogicalCloudSpec
+from meshplane.model.kinds import EastWestGateway
+from meshplane.model.meta import Placement
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import Resource
+from meshplane.server.render.egress import render_egress_intent
+from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, ClusterInfo, Fleet, placement_targets
+from tests.unit.render.istio_schema import validate_istio
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = os.environ.get("MESHPLANE_REGENERATE_GOLDEN") == "1"
+CLUSTERS = ("core-1", "edge-1", "edge-2")
+GATEWAY_NAMESPACE = "istio-system"
+
+
+# --- the scenario: three clusters, two logical clouds, the payments app instantiated in both ---------
+
+
+def scenario_clusters() -> dict[str, ClusterInfo]:
+    def info(name: str, tier: str, address: str) -> ClusterInfo:
+        return ClusterInfo(name, {"tier": tier}, EastWestGateway(address=address, port=15443))
+
+    return {
+        "edge-1": info("edge-1", "edge", "198.51.100.11"),
+        "edge-2": info("edge-2", "edge", "198.51.100.12"),
+        "core-1": info("core-1", "core", "198.51.100.21"),
+    }
+
+
+def scenario_clouds() -> dict[tuple[str, str], LogicalCloudSpec]:
+    """retail: edge-1, edge-2 in namespace shop; ops: core-1, edge-1 in namespace ops."""
+    return {
+        ("shop", "retail"): LogicalCloudSpec.model_validate(
+            {"clusters": [{"name": "edge-1", "namespace": "shop"}, {"name": "edge-2", "namespace": "shop"}]}
+        ),
+        ("shop", "ops"): LogicalCloudSpec.model_validate(
+            {"clusters": [{"name": "core-1", "namespace": "ops"}, {"name": "edge-1", "namespace": "ops"}]}
+        ),
+    }
+
+
+def parse(kind: str, name: str, spec: dict, project: str = "shop") -> Resource:
+    return REGISTRY.parse({"kind": kind, "metadata": {"name": name, "project": project}, "spec": spec})
+
+
+def egress_scenario() -> list[Resource]:
+    return [
+        # The payment provider, for the storefront: through the egress gateway, TLS and plain HTTP.
+        parse(
+            "EgressIntent",
+            "payments",
+            {
+                "hosts": ["api.payments.example"],
+                "ports": [{"number": 443, "protocol": "TLS"}, {"number": 80, "protocol": "HTTP"}],
+                "resolution": "DNS",
+                "route": {"via": "egressGateway"},
+                "clients": [
+                    {"service": {"name": "cart"}},
+                    {"service": {"name": "checkout", "serviceAccount": "checkout-sa"}},
+                ],
+                "placement": {"logicalCloud": "retail"},
+            },
+        ),
+        # The same app again, for operations: its sandbox, through the corporate proxy.
+        parse(
+            "EgressIntent",
+            "payments-ops",
+            {
+                "hosts": ["sandbox.payments.example"],
+                "ports": [{"number": 443, "protocol": "TLS"}],
+                "route": {"via": "proxy", "proxy": {"address": "10.40.0.5", "port": 3128}},
+                "clients": [{"service": {"name": "reporting"}}],
+                "placement": {"logicalCloud": "ops"},
+            },
+        ),
+        # A database outside the mesh, known only by its addresses, reached directly from core-1.
+        parse(
+            "EgressIntent",
+            "ledger-db",
+            {
+                "addresses": ["203.0.113.11", "203.0.113.10"],
+                "ports": [{"number": 5432, "protocol": "TCP", "name": "postgres"}],
+                "resolution": "STATIC",
+                "clients": [{"service": {"name": "billing"}}, {"service": {"name": "cart", "logicalCloud": "retail"}}],
+                "placement": {"logicalCloud": "ops", "clusters": ["core-1"]},
+            },
+        ),
+    ]
+
+
+def scenario_fleet(**intents: list[Resource]) -> Fleet:
+    return Fleet(clusters=scenario_clusters(), logical_clouds=scenario_clouds(), **intents)
+
+
+def render_all(render: Callable[[Resource, Fleet, str], list[dict]], intents, fleet: Fleet, cluster: str) -> list[dict]:
+    """Every intent's objects for `cluster`, in a total order (a shared Sidecar's copies by owner)."""
+    objects = [obj for intent in intents for obj in render(intent, fleet, cluster)]
+    return sorted(objects, key=lambda o: (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"], _owner(o)))
+
+
+def _owner(obj: dict) -> tuple[str, str]:
+    labels = obj["metadata"]["labels"]
+    return labels[OWNER_PROJECT], labels[OWNER_NAME]
+
+
+def to_yaml(objects: list[dict]) -> str:
+    return yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False) if objects else ""
+
+
+def check_golden(path: Path, text: str) -> None:
+    if REGENERATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.is_file(), f"{path} is missing: run with MESHPLANE_REGENERATE_GOLDEN=1 and review it"
+    assert text == path.read_text(), f"{path} differs: if intended, regenerate with MESHPLANE_REGENERATE_GOLDEN=1"
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+# --- golden and schema ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_egress_scenario_matches_the_reviewed_golden_yaml(cluster: str) -> None:
+    intents = egress_scenario()
+    objects = render_all(render_egress_intent, intents, scenario_fleet(egress_intents=intents), cluster)
+    check_golden(GOLDEN / "egress" / f"{cluster}.yaml", to_yaml(objects))
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_every_rendered_egress_object_is_valid_for_istio(cluster: str) -> None:
+    intents = egress_scenario()
+    objects = render_all(render_egress_intent, intents, scenario_fleet(egress_intents=intents), cluster)
+    assert objects
+    for obj in objects:
+        assert validate_istio(obj) == [], obj["metadata"]["name"]
+
+
+def test_egress_gateway_route_steers_mesh_traffic_through_the_gateway_and_admits_only_the_clients() -> None:
+    intents = egress_scenario()
+    objects = render_egress_intent(intents[0], scenario_fleet(egress_intents=intents), "edge-2")
+
+    (gateway,) = by_kind(objects, "Gateway")
+    assert gateway["metadata"]["namespace"] == GATEWAY_NAMESPACE
+    assert gateway["spec"]["selector"] == {"istio": "egressgateway"}
+    (route,) = by_kind(objects, "VirtualService")
+    assert route["spec"]["gateways"] == ["mesh", f"{GATEWAY_NAMESPACE}/{gateway['metadata']['name']}"]
+    assert route["spec"]["tls"][0]["match"][0]["sniHosts"] == ["api.payments.example"]
+    assert route["spec"]["tcp"][0]["route"][0]["destination"]["host"] == "api.payments.example"
+    (policy,) = by_kind(objects, "AuthorizationPolicy")
+    assert policy["spec"]["rules"][0]["from"][0]["source"]["principals"] == [
+        "cluster.local/ns/shop/sa/cart",
+        "cluster.local/ns/shop/sa/checkout-sa",
+    ]
+    assert sorted(s["metadata"]["name"] for s in by_kind(objects, "Sidecar")) == ["cart-sidecar", "checkout-sidecar"]
+
+
+def test_addresses_without_hosts_get_a_synthesized_host_and_static_endpoints() -> None:
+    intents = egress_scenario()
+    (entry,) = by_kind(
+        render_egress_intent(intents[2], scenario_fleet(egress_intents=intents), "core-1"), "ServiceEntry"
+    )
+    assert entry["spec"]["hosts"] == ["ledger-db.shop.external"]
+    assert entry["spec"]["resolution"] == "STATIC"
+    assert entry["spec"]["endpoints"] == [{"address": "203.0.113.10"}, {"address": "203.0.113.11"}]
+
+
+def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
+    intents = egress_scenario()
+    fleet = scenario_fleet(egress_intents=intents)
+    # ledger-db is on core-1 only; its retail client `cart` does not run there.
+    sidecars = by_kind(render_egress_intent(intents[2], fleet, "core-1"), "Sidecar")
+    assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sidecars] == [("ops", "billing-sidecar")]
+
+
+# --- properties over generated fleets -----------------------------------------------------------
+
+PROJECTS = ("shop", "bank")
+INTENT_NAMES = ("pay", "pay-ops", "db", "a", "a-b")
+CLIENT_NAMES = ("cart", "billing", "web")
+
+
+def fleet_clouds() -> dict[tuple[str, str], LogicalCloudSpec]:
+    """Both projects have a retail and an ops cloud; bank's use other namespaces in the same clusters."""
+    clouds = dict(scenario_clouds())
+    clouds[("bank", "retail")] = LogicalCloudSpec.model_validate(
+        {"clusters": [{"name": "edge-2", "namespace": "bank"}, {"name": "core-1", "namespace": "bank"}]}
+    )
+    clouds[("bank", "ops")] = LogicalCloudSpec.model_validate(
+        {"clusterSelector": {"matchLabels": {"tier": "edge"}}, "namespace": "bank-ops"}
+    )
+    return clouds
+
+
+@st.composite
+def egress_specs(draw: st.DrawFn, index: int) -> dict:
+    with_hosts = draw(st.booleans())
+    hosts = [f"h{index}-{i}.example.com" for i in range(draw(st.integers(1, 2)))] if with_hosts else []
+    addresses = [f"203.0.113.{index * 4 + i}" for i in range(draw(st.integers(0 if with_hosts else 1, 2)))]
+    if with_hosts:
+        resolution = draw(st.sampled_from(["DNS", "STATIC", "NONE"] if addresses else ["DNS", "NONE"]))
+    else:
+        resolution = draw(st.sampled_from(["STATIC", "NONE"]))
+    numbers = draw(st.lists(st.sampled_from([80, 443, 5432, 8443]), min_size=1, max_size=3, unique=True))
+    ports = [{"number": n, "protocol": draw(st.sampled_from(["HTTP", "TLS", "TCP", "GRPC"]))} for n in numbers]
+    via = draw(st.sampled_from(["direct", "egressGateway", "proxy"]))
+    route: dict = {"via": via}
+    if via == "proxy":
+        route["proxy"] = {"address": draw(st.sampled_from(["10.0.0.9", "proxy.corp.example"])), "port": 3128}
+    clients = [
+        {"service": {"name": name, "logicalCloud": draw(st.sampled_from(["retail", "ops"]))}}
+        for name in draw(st.lists(st.sampled_from(CLIENT_NAMES), max_size=3, unique=True))
+    ]
+    placement = draw(
+        st.sampled_from(
+            [{"logicalCloud": "retail"}, {"logicalCloud": "ops"}, {"logicalCloud": "ops", "clusters": ["edge-1"]}]
+        )
+    )
+    spec = {"ports": ports, "resolution": resolution, "route": route, "clients": clients, "placement": placement}
+    if hosts:
+        spec["hosts"] = hosts
+    if addresses:
+        spec["addresses"] = addresses
+    return spec
+
+
+@st.composite
+def egress_fleets(draw: st.DrawFn) -> Fleet:
+    intents = []
+    for project in PROJECTS:
+        names = draw(st.lists(st.sampled_from(INTENT_NAMES), max_size=3, unique=True))
+        for name in names:
+            spec = draw(egress_specs(len(intents)))
+            intents.append(parse("EgressIntent", name, spec, project=project))
+    return Fleet(clusters=scenario_clusters(), logical_clouds=fleet_clouds(), egress_intents=intents)
+
+
+def shuffled(fleet: Fleet, seed: int) -> Fleet:
+    rng = random.Random(seed)
+    intents, clusters, clouds = (
+        list(fleet.egress_intents),
+        list(fleet.clusters.items()),
+        list(fleet.logical_clouds.items()),
+    )
+    for items in (intents, clusters, clouds):
+        rng.shuffle(items)
+    return Fleet(clusters=dict(clusters), logical_clouds=dict(clouds), egress_intents=intents)
+
+
+PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTIES
+@given(egress_fleets(), st.integers(0, 2**16))
+def test_egress_rendering_is_deterministic_and_independent_of_input_order(fleet: Fleet, seed: int) -> None:
+    other = shuffled(fleet, seed)
+    for cluster in CLUSTERS:
+        first = to_yaml(render_all(render_egress_intent, fleet.egress_intents, fleet, cluster))
+        again = to_yaml(render_all(render_egress_intent, fleet.egress_intents, fleet, cluster))
+        reordered = to_yaml(render_all(render_egress_intent, other.egress_intents, other, cluster))
+        assert first == again == reordered
+
+
+def project_namespaces(fleet: Fleet, project: str, cluster: str) -> set[str]:
+    return {
+        ns
+        for (owner, cloud) in fleet.logical_clouds
+        if owner == project
+        for c, ns in placement_targets(fleet, project, _cloud_placement(cloud)).items()
+        if c == cluster
+    }
+
+
+def _cloud_placement(cloud: str) -> Placement:
+    return Placement(logical_cloud=cloud)
+
+
+@PROPERTIES
+@given(egress_fleets())
+def test_egress_objects_stay_in_their_project_and_logical_clouds(fleet: Fleet) -> None:
+    for intent in fleet.egress_intents:
+        project = intent.metadata.project
+        targets = placement_targets(fleet, project, intent.spec.placement)
+        for cluster in CLUSTERS:
+            objects = render_egress_intent(intent, fleet, cluster)
+            if cluster not in targets:
+                assert objects == []
+                continue
+            allowed = project_namespaces(fleet, project, cluster) | {GATEWAY_NAMESPACE}
+            for obj in objects:
+                labels = obj["metadata"]["labels"]
+                assert labels[OWNER_PROJECT] == project
+                assert labels[OWNER_NAME] == intent.metadata.name
+                assert obj["metadata"]["namespace"] in allowed
+                if obj["kind"] == "Sidecar":
+                    # a client's Sidecar lands in its own logical cloud's namespace in that cluster
+                    workload = obj["spec"]["workloadSelector"]["labels"]["app"]
+                    homes = {
+                        ns
+                        for client in intent.spec.clients
+                        if client.service.name == workload
+                        for c, ns in placement_targets(
+                            fleet, project, _cloud_placement(client.service.logical_cloud)
+                        ).items()
+                        if c == cluster
+                    }
+                    assert obj["metadata"]["namespace"] in homes
+
+
+@PROPERTIES
+@given(egress_fleets())
+def test_egress_names_never_collide_within_a_cluster(fleet: Fleet) -> None:
+    for cluster in CLUSTERS:
+        seen: dict[tuple[str, str, str], dict] = {}
+        for obj in render_all(render_egress_intent, fleet.egress_intents, fleet, cluster):
+            key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if key in seen:
+                # Only a client workload's Sidecar is shared: the cluster's render merges it.
+                assert obj["kind"] == "Sidecar"
+                assert obj["spec"]["workloadSelector"] == seen[key]["spec"]["workloadSelector"]
+            seen[key] = obj
+
+
+@PROPERTIES
+@given(egress_fleets())
+def test_only_the_allowed_clients_pass_the_egress_gateway(fleet: Fleet) -> None:
+    for intent in fleet.egress_intents:
+        for cluster in CLUSTERS:
+            objects = render_egress_intent(intent, fleet, cluster)
+            policies = by_kind(objects, "AuthorizationPolicy")
+            if intent.spec.route.via.value != "egressGateway" or not objects:
+                assert policies == []
+                continue
+            expected = {
+                f"cluster.local/ns/{ns}/sa/{client.service.name}"
+                for client in intent.spec.clients
+                for c, ns in placement_targets(
+                    fleet, intent.metadata.project, _cloud_placement(client.service.logical_cloud)
+                ).items()
+                if c == cluster
+            }
+            (policy,) = policies
+            granted = {
+                p for rule in policy["spec"].get("rules", []) for f in rule["from"] for p in f["source"]["principals"]
+            }
+            assert granted == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(egress_fleets())
+def test_generated_egress_objects_are_valid_for_istio(fleet: Fleet) -> None:
+    for cluster in CLUSTERS:
+        for obj in render_all(render_egress_intent, fleet.egress_intents, fleet, cluster):
+            assert validate_istio(obj) == [], (obj["kind"], obj["metadata"]["name"])

@@ -1,0 +1,354 @@
+"""IngressIntent rendering: a golden scenario, Istio schema validity, DNS records and properties.
+
+Golden files: `tests/unit/render/golden/ingress/<cluster>.yaml`, regenerated like the egress ones
+(`MESHPLANE_REGENERATE_GOLDEN=1`), reviewed, checked in. The scenario's clusters and logical clouds
+are the egress scenario's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from meshplane.model.resource import Resource
+from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
+from meshplane.server.render.ingress import render_ingress_intent
+from tests.unit.render.istio_schema import validate_istio
+from tests.unit.render.test_egress_intent import (
+    CLUSTERS,
+    GATEWAY_NAMESPACE,
+    GOLDEN,
+    PROJECTS,
+    by_kind,
+    check_golden,
+    fleet_clouds,
+    parse,
+    project_namespaces,
+    render_all,
+    scenario_clusters,
+    scenario_fleet,
+    to_yaml,
+)
+
+DNS_SERVER_LABEL = "meshplane.io/dns-server"
+
+
+def ingress_scenario() -> list[Resource]:
+    return [
+        # The storefront for customers, in retail: HTTPS, a canary split, published to two DNS servers.
+        parse(
+            "IngressIntent",
+            "storefront",
+            {
+                "hosts": ["shop.example.com", "www.shop.example.com"],
+                "dns": [
+                    {"server": "public-dns", "zone": "example.com"},
+                    {"server": "partner-dns", "zone": "www.shop.example.com"},
+                ],
+                "entities": [{"name": "public", "tls": {"mode": "SIMPLE", "credentialName": "shop-cert"}}],
+                "routes": [
+                    {"match": {"prefix": "/"}, "to": {"service": "web", "port": 8080}},
+                    {
+                        "match": {"prefix": "/api"},
+                        "split": [
+                            {"service": "orders", "port": 8080, "weight": 90},
+                            {"service": "orders-canary", "port": 8080, "weight": 10},
+                        ],
+                    },
+                    {"match": {"exact": "/healthz"}, "to": {"service": "web", "port": 8081}},
+                ],
+                "access": [
+                    {"action": "ALLOW", "sources": {"ipBlocks": ["0.0.0.0/0"]}},
+                    {"action": "DENY", "sources": {"ipBlocks": ["192.0.2.0/24"]}},
+                ],
+                "placement": {"logicalCloud": "retail"},
+            },
+        ),
+        # The same storefront again, for staff, in ops: mutual TLS or plain HTTP from the office.
+        parse(
+            "IngressIntent",
+            "storefront-ops",
+            {
+                "hosts": ["ops.shop.example.com"],
+                "dns": [{"server": "internal-dns", "zone": "shop.example.com"}],
+                "entities": [
+                    {"name": "staff", "tls": {"mode": "MUTUAL", "credentialName": "ops-cert"}},
+                    {"name": "office"},
+                ],
+                "routes": [{"match": {"prefix": "/"}, "to": {"service": "web", "port": 8080}}],
+                "access": [
+                    {
+                        "action": "ALLOW",
+                        "sources": {"requestPrincipals": ["https://idp.example.com/*"]},
+                        "jwtClaims": {"groups": "ops"},
+                    },
+                    {"action": "ALLOW", "sources": {"ipBlocks": ["10.0.0.0/8"]}},
+                ],
+                "placement": {"logicalCloud": "ops"},
+            },
+        ),
+    ]
+
+
+def check_dns_endpoint(obj: dict) -> None:
+    """The shape external-dns' DNSEndpoint CRD takes."""
+    assert obj["apiVersion"] == "externaldns.k8s.io/v1alpha1"
+    assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    assert obj["metadata"]["name"] and obj["metadata"]["namespace"]
+    assert DNS_SERVER_LABEL in obj["metadata"]["labels"]
+    assert set(obj["spec"]) == {"endpoints"} and obj["spec"]["endpoints"]
+    for endpoint in obj["spec"]["endpoints"]:
+        assert set(endpoint) == {"dnsName", "recordType", "targets"}
+        assert endpoint["recordType"] in ("A", "AAAA", "CNAME")
+        assert endpoint["targets"] and all(isinstance(t, str) and t for t in endpoint["targets"])
+
+
+def check_valid(obj: dict) -> None:
+    if obj["kind"] == "DNSEndpoint":
+        check_dns_endpoint(obj)
+    else:
+        assert validate_istio(obj) == [], (obj["kind"], obj["metadata"]["name"])
+
+
+# --- golden and schema ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_ingress_scenario_matches_the_reviewed_golden_yaml(cluster: str) -> None:
+    intents = ingress_scenario()
+    objects = render_all(render_ingress_intent, intents, scenario_fleet(ingress_intents=intents), cluster)
+    check_golden(GOLDEN / "ingress" / f"{cluster}.yaml", to_yaml(objects))
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+def test_every_rendered_ingress_object_is_valid(cluster: str) -> None:
+    intents = ingress_scenario()
+    objects = render_all(render_ingress_intent, intents, scenario_fleet(ingress_intents=intents), cluster)
+    assert objects
+    for obj in objects:
+        check_valid(obj)
+
+
+def test_routes_go_most_specific_first_with_split_weights() -> None:
+    intents = ingress_scenario()
+    (route,) = by_kind(render_ingress_intent(intents[0], scenario_fleet(), "edge-1"), "VirtualService")
+    http = route["spec"]["http"]
+    assert [r["match"][0]["uri"] for r in http] == [{"exact": "/healthz"}, {"prefix": "/api"}, {"prefix": "/"}]
+    assert [(d["destination"]["host"], d["weight"]) for d in http[1]["route"]] == [
+        ("orders.shop.svc.cluster.local", 90),
+        ("orders-canary.shop.svc.cluster.local", 10),
+    ]
+
+
+def test_each_dns_server_gets_its_own_endpoint_object_with_the_cluster_address() -> None:
+    intents = ingress_scenario()
+    records = by_kind(render_ingress_intent(intents[0], scenario_fleet(), "edge-2"), "DNSEndpoint")
+    by_server = {
+        r["metadata"]["labels"][DNS_SERVER_LABEL]: [
+            (e["dnsName"], e["recordType"], e["targets"]) for e in r["spec"]["endpoints"]
+        ]
+        for r in records
+    }
+    assert by_server == {
+        "partner-dns": [("www.shop.example.com", "A", ["198.51.100.12"])],
+        "public-dns": [
+            ("shop.example.com", "A", ["198.51.100.12"]),
+            ("www.shop.example.com", "A", ["198.51.100.12"]),
+        ],
+    }
+
+
+def test_no_dns_records_where_the_cluster_address_is_unknown() -> None:
+    clusters = scenario_clusters()
+    clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], east_west=None)
+    fleet = Fleet(clusters=clusters, logical_clouds=fleet_clouds())
+    objects = render_ingress_intent(ingress_scenario()[0], fleet, "edge-2")
+    assert objects and by_kind(objects, "DNSEndpoint") == []
+
+
+def test_several_entities_get_gateways_of_their_own() -> None:
+    objects = render_ingress_intent(ingress_scenario()[1], scenario_fleet(), "core-1")
+    selectors = sorted(tuple(sorted(g["spec"]["selector"].items())) for g in by_kind(objects, "Gateway"))
+    assert selectors == [
+        (("istio", "ingressgateway"), ("meshplane.io/ingress-entity", "office")),
+        (("istio", "ingressgateway"), ("meshplane.io/ingress-entity", "staff")),
+    ]
+
+
+# --- properties over generated fleets -----------------------------------------------------------
+
+INTENT_NAMES = ("web", "web-ops", "a", "a-b")
+ZONES = ("example.com", "example.org", "shop.example.com")
+SERVERS = ("public", "partner", "internal")
+
+
+@st.composite
+def ingress_specs(draw: st.DrawFn, index: int) -> dict:
+    hosts = draw(
+        st.lists(
+            st.sampled_from([f"h{index}.example.com", f"h{index}.shop.example.com", f"*.w{index}.example.org"]),
+            min_size=1,
+            max_size=3,
+            unique=True,
+        )
+    )
+    dns = [
+        {"server": draw(st.sampled_from(SERVERS)), "zone": draw(st.sampled_from(ZONES))}
+        for _ in range(draw(st.integers(0, 3)))
+    ]
+    tls_choices = [
+        None,
+        {"mode": "SIMPLE", "credentialName": "cert"},
+        {"mode": "MUTUAL", "credentialName": "cert"},
+        {"mode": "PASSTHROUGH"},
+    ]
+    entities = []
+    for name in draw(st.lists(st.sampled_from(["public", "staff", "legacy"]), min_size=1, max_size=3, unique=True)):
+        tls = draw(st.sampled_from(tls_choices))
+        entities.append({"name": name, **({"tls": tls} if tls else {})})
+    routes = []
+    for path in draw(
+        st.lists(st.sampled_from(["/", "/api", "/api/v2", "/healthz"]), min_size=1, max_size=3, unique=True)
+    ):
+        match = {draw(st.sampled_from(["prefix", "exact"])): path}
+        if draw(st.booleans()):
+            routes.append({"match": match, "to": {"service": "web", "port": 8080}})
+        else:
+            weight = draw(st.integers(0, 100))
+            routes.append(
+                {
+                    "match": match,
+                    "split": [
+                        {"service": "web", "port": 8080, "weight": weight},
+                        {"service": "web-next", "port": 8080, "weight": 100 - weight},
+                    ],
+                }
+            )
+    access = []
+    for _ in range(draw(st.integers(0, 3))):
+        sources: dict = {}
+        if draw(st.booleans()):
+            sources["ipBlocks"] = [draw(st.sampled_from(["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32"]))]
+        if draw(st.booleans()):
+            sources["requestPrincipals"] = ["https://idp.example.com/*"]
+        claims = {"groups": "ops"} if draw(st.booleans()) else {}
+        access.append({"action": draw(st.sampled_from(["ALLOW", "DENY"])), "sources": sources, "jwtClaims": claims})
+    placement = draw(
+        st.sampled_from(
+            [{"logicalCloud": "retail"}, {"logicalCloud": "ops"}, {"logicalCloud": "ops", "clusters": ["edge-1"]}]
+        )
+    )
+    return {
+        "hosts": hosts,
+        "dns": dns,
+        "entities": entities,
+        "routes": routes,
+        "access": access,
+        "placement": placement,
+    }
+
+
+@st.composite
+def ingress_fleets(draw: st.DrawFn) -> Fleet:
+    intents = []
+    for project in PROJECTS:
+        for name in draw(st.lists(st.sampled_from(INTENT_NAMES), max_size=3, unique=True)):
+            intents.append(parse("IngressIntent", name, draw(ingress_specs(len(intents))), project=project))
+    clusters = scenario_clusters()
+    if draw(st.booleans()):
+        clusters["core-1"] = dataclasses.replace(clusters["core-1"], east_west=None)
+    return Fleet(clusters=clusters, logical_clouds=fleet_clouds(), ingress_intents=intents)
+
+
+def shuffled(fleet: Fleet, seed: int) -> Fleet:
+    rng = random.Random(seed)
+    intents, clusters = list(fleet.ingress_intents), list(fleet.clusters.items())
+    clouds = list(fleet.logical_clouds.items())
+    for items in (intents, clusters, clouds):
+        rng.shuffle(items)
+    return Fleet(clusters=dict(clusters), logical_clouds=dict(clouds), ingress_intents=intents)
+
+
+PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTIES
+@given(ingress_fleets(), st.integers(0, 2**16))
+def test_ingress_rendering_is_deterministic_and_independent_of_input_order(fleet: Fleet, seed: int) -> None:
+    other = shuffled(fleet, seed)
+    for cluster in CLUSTERS:
+        first = to_yaml(render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster))
+        again = to_yaml(render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster))
+        reordered = to_yaml(render_all(render_ingress_intent, other.ingress_intents, other, cluster))
+        assert first == again == reordered
+
+
+@PROPERTIES
+@given(ingress_fleets())
+def test_ingress_objects_stay_in_their_project_and_logical_clouds(fleet: Fleet) -> None:
+    for intent in fleet.ingress_intents:
+        project = intent.metadata.project
+        targets = placement_targets(fleet, project, intent.spec.placement)
+        for cluster in CLUSTERS:
+            objects = render_ingress_intent(intent, fleet, cluster)
+            if cluster not in targets:
+                assert objects == []
+                continue
+            for obj in objects:
+                assert obj["metadata"]["labels"][OWNER_PROJECT] == project
+                assert obj["metadata"]["labels"][OWNER_NAME] == intent.metadata.name
+                assert obj["metadata"]["namespace"] in {targets[cluster], GATEWAY_NAMESPACE}
+                assert obj["metadata"]["namespace"] in project_namespaces(fleet, project, cluster) | {GATEWAY_NAMESPACE}
+                for route in obj["spec"].get("http", []):
+                    for destination in route["route"]:
+                        assert destination["destination"]["host"].endswith(f".{targets[cluster]}.svc.cluster.local")
+
+
+@PROPERTIES
+@given(ingress_fleets())
+def test_ingress_names_never_collide_within_a_cluster(fleet: Fleet) -> None:
+    for cluster in CLUSTERS:
+        keys = [
+            (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+            for o in render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster)
+        ]
+        assert len(keys) == len(set(keys))
+
+
+def _in_zone(host: str, zone: str) -> bool:
+    return host.removeprefix("*.") == zone or host.endswith("." + zone)
+
+
+@PROPERTIES
+@given(ingress_fleets())
+def test_each_dns_server_gets_exactly_its_own_records(fleet: Fleet) -> None:
+    for intent in fleet.ingress_intents:
+        for cluster in CLUSTERS:
+            objects = render_ingress_intent(intent, fleet, cluster)
+            records = by_kind(objects, "DNSEndpoint")
+            address = fleet.clusters[cluster].east_west.address if fleet.clusters[cluster].east_west else None
+            expected = {}
+            if objects and address:
+                for target in intent.spec.dns:
+                    names = {h for h in intent.spec.hosts if _in_zone(h, target.zone)}
+                    if names:
+                        expected.setdefault(target.server, set()).update(names)
+            got = {}
+            for record in records:
+                server = record["metadata"]["labels"][DNS_SERVER_LABEL]
+                assert server not in got, "one DNSEndpoint per server"
+                assert {t for e in record["spec"]["endpoints"] for t in e["targets"]} == {address}
+                got[server] = {e["dnsName"] for e in record["spec"]["endpoints"]}
+            assert got == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(ingress_fleets())
+def test_generated_ingress_objects_are_valid(fleet: Fleet) -> None:
+    for cluster in CLUSTERS:
+        for obj in render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster):
+            check_valid(obj)
