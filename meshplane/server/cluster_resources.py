@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+import yaml
+from fastapi import APIRouter, Query, Response
 
 from meshplane.model.manifests import MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
@@ -27,11 +28,24 @@ def delivered_object(type_url: str, packed: VersionedResource) -> dict[str, Any]
     return from_message(info, message).to_wire()
 
 
+def _render_order(obj: dict[str, Any]) -> tuple[bool, str, str, str]:
+    meta = obj["metadata"]
+    rendered = not obj["apiVersion"].startswith("meshplane.io/")
+    return rendered, obj["kind"], meta.get("namespace", meta.get("project", "")), meta["name"]
+
+
 def cluster_resources_router(projection: FleetProjection) -> APIRouter:
     router = APIRouter(tags=["Cluster"])
 
-    @router.get("/v1/clusters/{name}/resources", summary="What one cluster receives (its projection)")
-    async def cluster_resources(name: str) -> dict[str, Any]:
+    @router.get(
+        "/v1/clusters/{name}/resources",
+        summary="What one cluster receives (its projection)",
+        responses={200: {"content": {"application/yaml": {}}}},
+    )
+    async def cluster_resources(
+        name: str,
+        output: Annotated[Literal["json", "yaml"], Query(description="yaml: the objects, ready for kubectl")] = "json",
+    ) -> Any:
         if name not in projection.clusters:
             raise Problem(404, f"cluster {name!r} not found")
         items = [
@@ -44,6 +58,11 @@ def cluster_resources_router(projection: FleetProjection) -> APIRouter:
             for type_url, resources in projection.cluster_resources(name).items()
             for resource_name, packed in sorted(resources.items())
         ]
+        if output == "yaml":
+            # The order `meshplane render` prints: delivered objects, then rendered ones by kind, namespace, name.
+            objects = sorted((item["object"] for item in items), key=_render_order)
+            text = yaml.safe_dump_all(objects, sort_keys=False)
+            return Response(text, media_type="application/yaml")
         return {"cluster": name, "items": items}
 
     return router

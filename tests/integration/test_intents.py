@@ -4,12 +4,15 @@ exactly what their cluster needs."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from meshplane.client import load_documents
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
@@ -99,10 +102,52 @@ def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: Serv
             orders_objects = {n: i for n, i in after[cluster].items() if "orders" in n and "orders-ops" not in n}
             assert "sa/cart" not in json.dumps(orders_objects), cluster
 
+        # Deleting an intent removes what it rendered, everywhere.
+        assert http.delete("/v1/projects/shop/egressintents/payments-provider").status_code == 200
+        for cluster in ("edge-1", "edge-2"):
+            wait_until(lambda c=cluster: not any("payments-provider" in name for name in manifests(http, c)))
+
         with run_agent(tmp_path, "edge-2", server) as agent:
 
             def held() -> set[str]:
                 dump = httpx.get(f"http://{agent.admin_address}/config_dump", timeout=5).json()
                 return {o["name"] for o in dump.get("objects", []) if o.get("typeUrl") == MANIFEST}
 
-            wait_until(lambda: held() == set(after["edge-2"]))
+            wait_until(lambda: held() == set(manifests(http, "edge-2")))
+
+
+def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(server: ServerProcess) -> None:
+    files = ["clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml"]
+    with httpx.Client(base_url=server.url, timeout=10) as http:
+        apply(http, *files)
+        wait_until(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
+        served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-2/resources", params={"output": "yaml"}).text))
+
+    offline = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "meshplane",
+            "render",
+            *(a for f in files for a in ("-f", str(EXAMPLES / f))),
+            "--cluster",
+            "edge-2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rendered = list(yaml.safe_load_all(offline.stdout))
+    assert [o for o in served if o["apiVersion"] != "meshplane.io/v1alpha1"] == rendered
+    assert {o["kind"] for o in rendered} >= {"ServiceEntry", "Sidecar", "Gateway", "VirtualService", "DNSEndpoint"}
+
+    unknown = subprocess.run(
+        [sys.executable, "-m", "meshplane", "render", "-f", str(EXAMPLES / "clusters.yaml"), "--cluster", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert unknown.returncode == 1
+    assert "nope" in unknown.stderr
