@@ -149,6 +149,9 @@ def agent(
     tls_server_name: Annotated[
         str | None, typer.Option(help="name to check the server certificate for [the --server host]")
     ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="apply delivered objects to this cluster's Kubernetes")
+    ] = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
@@ -172,6 +175,7 @@ def agent(
         tls_key=tls_key,
         tls_ca=tls_ca,
         tls_server_name=tls_server_name,
+        kubeconfig=kubeconfig,
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)

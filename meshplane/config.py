@@ -141,3 +141,6 @@ class AgentSettings(ProcessSettings):
     tls_key: Path | None = None
     tls_ca: Path | None = Field(default=None, description="the server's CA certificate")
     tls_server_name: str | None = Field(default=None, description="name to verify the server certificate against")
+    kubeconfig: Path | None = Field(
+        default=None, description="apply delivered objects to this cluster's Kubernetes with this kubeconfig"
+    )

@@ -24,6 +24,7 @@ GRPC = "127.0.0.1:18000"
 XDS = "127.0.0.1:18001"
 GATEWAY = "127.0.0.1:10000"
 ENVOY_ADMIN = 19000
+AGENT_ADMIN = "127.0.0.1:18003"
 UPSTREAM_PORT = 9001
 
 TOUR = f"""
@@ -69,7 +70,7 @@ async def _wait_http(url: str, proc: asyncio.subprocess.Process, what: str) -> N
 async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
     busy = [
         a
-        for a in (HTTP, GRPC, XDS, GATEWAY, f"127.0.0.1:{ENVOY_ADMIN}", f"127.0.0.1:{UPSTREAM_PORT}")
+        for a in (HTTP, GRPC, XDS, GATEWAY, AGENT_ADMIN, f"127.0.0.1:{ENVOY_ADMIN}", f"127.0.0.1:{UPSTREAM_PORT}")
         if not _port_free(a)
     ]
     if busy:

@@ -15,6 +15,8 @@ from google.protobuf import any_pb2
 from meshplane import __version__
 from meshplane.agent.admin import AdminServer, admin_app
 from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, PublishOutcome, gateway_group
+from meshplane.agent.kube import KubeApplier, KubeClient
+from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
@@ -77,6 +79,7 @@ class Agent:
         self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
+        self.kube: KubeApplier | None = None
 
     def _open_channel(self) -> grpc.aio.Channel:
         options = [
@@ -150,6 +153,14 @@ class Agent:
                     if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
                 ]
             )
+        if self.kube is not None:
+            self.kube.trigger()
+
+    def _kube_desired(self) -> dict[ObjectKey, DesiredObject]:
+        """What this cluster's Kubernetes should hold now: every held API object and rendered manifest."""
+        assert self.state is not None
+        versions = {type_url: self.state.versions(type_url) for type_url in self.objects}
+        return desired_objects(self.objects, versions, frozenset({API_TYPE}))
 
     async def apply_update(self, update: DeltaUpdate) -> None:
         """Validate a whole delta before keeping any of it: a bad resource NACKs the response."""
@@ -212,6 +223,9 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         self.state = await self._load_state()
         self.reporter = Reporter(self.state, lambda: self._channel, self.settings.cluster)  # type: ignore[arg-type,return-value]
+        kube_client = KubeClient.from_kubeconfig(self.settings.kubeconfig) if self.settings.kubeconfig else None
+        if kube_client is not None:
+            self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
         await self.rebuild()
         xds = grpc.aio.server()
         add_to_server(
@@ -238,21 +252,27 @@ class Agent:
         self._channel = self._open_channel()
         sync_task = asyncio.create_task(self.sync(), name="cp-sync")
         report_task = asyncio.create_task(self.reporter.run(), name="reports")
+        kube_task = asyncio.create_task(self.kube.run(), name="kube-apply") if self.kube else None
         try:
             done, _ = await asyncio.wait(
-                [asyncio.create_task(stop.wait()), sync_task, report_task], return_when=asyncio.FIRST_COMPLETED
+                [asyncio.create_task(stop.wait()), sync_task, report_task, *([kube_task] if kube_task else [])],
+                return_when=asyncio.FIRST_COMPLETED,
             )
             for task in done:
                 if task is not None and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            for task in (sync_task, report_task):
+            for task in (sync_task, report_task, kube_task):
+                if task is None:
+                    continue
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await xds.stop(grace=0.5)
             await admin.stop()
             await self._channel.close()
+            if kube_client is not None:
+                await kube_client.close()
             await self.state.close()
 
 

@@ -168,7 +168,7 @@ class KubeAPIServer:
             return False
         if response.status_code != 200:
             raise KubeError(response)
-        conditions = response.json().get("status", {}).get("conditions", [])
+        conditions = (response.json().get("status") or {}).get("conditions") or []  # null right after creation
         return any(c["type"] == condition and c["status"] == "True" for c in conditions)
 
     def _serves(self, group_version: str, plural: str) -> bool:

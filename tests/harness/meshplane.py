@@ -119,9 +119,11 @@ def run_agent(
     labels: dict[str, str] | None = None,
     insecure: bool | None = None,
     ports: tuple[int, int] | None = None,
+    kubeconfig: Path | None = None,
 ) -> Iterator[AgentProcess]:
     """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts);
-    `ports` (xds, gateway) lets a restarted agent come back where its Envoys expect it.
+    `ports` (xds, gateway) lets a restarted agent come back where its Envoys expect it; with
+    `kubeconfig`, it applies what it holds to that Kubernetes API server.
 
     Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
     address, from the CA in tmp_path/server (run_server's default), created there if the server has
@@ -155,6 +157,8 @@ def run_agent(
     ]
     for key, value in (labels or {}).items():
         argv += ["--label", f"{key}={value}"]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
         process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")
         yield AgentProcess(process, cluster, xds_port, gateway_port, admin_port)

@@ -161,6 +161,7 @@ def test_issue_agent_prints_the_flags_an_agent_starts_with(server: ServerProcess
     argv = [sys.executable, "-m", *shlex.split(command)]
     argv += ["--server", server.grpc_address, "--state-dir", str(tmp_path / "state")]
     argv += ["--xds-address", f"127.0.0.1:{free_port()}", "--gateway-address", f"127.0.0.1:{free_port()}"]
+    argv += ["--admin-address", f"127.0.0.1:{free_port()}"]
     with running(argv, tmp_path / "agent.log"):
         wait_until(lambda: cluster_connected(server, "edge-3"), 20, "edge-3 to be connected")
 

@@ -1,0 +1,127 @@
+"""The agent as its cluster's applier, against a real kube-apiserver: delivered objects become CRs,
+follow their changes, are collected when removed (also while the agent was down), and an object the
+API server refuses ends Failed with the API server's message in its per-cluster status."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshplane.model.resource import API_VERSION
+from tests.harness.kube import KubeAPIServer
+from tests.harness.meshplane import run_agent, run_server
+
+MANAGED_BY = "meshplane.io/managed-by"
+DELIVERED_VERSION = "meshplane.io/delivered-version"
+
+
+def api(name: str, base_path: str) -> dict[str, Any]:
+    return {
+        "kind": "API",
+        "metadata": {"name": name, "project": "default"},
+        "spec": {"basePath": base_path, "backends": [{"host": "orders.shop.svc", "port": 8080}]},
+    }
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := check():
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def custom_resource(kube: KubeAPIServer, name: str) -> dict[str, Any] | None:
+    with kube.client() as client:
+        response = client.get(f"/apis/{API_VERSION}/namespaces/default/apis/{name}")
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    return response.json()
+
+
+def cr_with_base_path(kube: KubeAPIServer, name: str, base_path: str) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        cr = custom_resource(kube, name)
+        return cr if cr is not None and cr["spec"]["basePath"] == base_path else None
+
+    return check
+
+
+def test_a_delivered_api_becomes_a_cr_that_follows_changes_and_removal(
+    tmp_path: Path, kube_apiserver: KubeAPIServer
+) -> None:
+    name = unique("orders")
+    with (
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
+        httpx.Client(base_url=server.url, timeout=10) as rest,
+    ):
+        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+        created = wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+        assert created["metadata"]["labels"][MANAGED_BY] == "control-plane"
+        assert created["spec"]["backends"][0]["host"] == "orders.shop.svc"
+        first_version = created["metadata"]["annotations"][DELIVERED_VERSION]
+        assert first_version
+
+        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders-v2")).raise_for_status()
+        updated = wait_until(cr_with_base_path(kube_apiserver, name, "/orders-v2"), "the CR to be updated")
+        assert updated["metadata"]["annotations"][DELIVERED_VERSION] != first_version
+        assert updated["metadata"]["uid"] == created["metadata"]["uid"]
+
+        rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()
+        wait_until(lambda: custom_resource(kube_apiserver, name) is None, "the CR to be deleted")
+
+
+def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
+    tmp_path: Path, kube_apiserver: KubeAPIServer
+) -> None:
+    kept, removed = unique("kept"), unique("removed")
+    with run_server(tmp_path) as server, httpx.Client(base_url=server.url, timeout=10) as rest:
+        for name in (kept, removed):
+            rest.put(f"/v1/projects/default/apis/{name}", json=api(name, f"/{name}")).raise_for_status()
+        with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
+            for name in (kept, removed):
+                wait_until(cr_with_base_path(kube_apiserver, name, f"/{name}"), f"CR {name}")
+
+        rest.delete(f"/v1/projects/default/apis/{removed}").raise_for_status()
+        assert custom_resource(kube_apiserver, removed) is not None
+
+        with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
+            wait_until(lambda: custom_resource(kube_apiserver, removed) is None, "the removed API's CR to go")
+            assert custom_resource(kube_apiserver, kept) is not None
+        rest.delete(f"/v1/projects/default/apis/{kept}").raise_for_status()
+
+
+def test_an_api_the_api_server_forbids_ends_failed_with_its_message(
+    tmp_path: Path, kube_apiserver: KubeAPIServer
+) -> None:
+    # An identity without any RBAC grant: the API server answers every apply with 403 Forbidden.
+    token = kube_apiserver.service_account_token("meshplane-tests", unique("no-rbac"))
+    kubeconfig = kube_apiserver.write_kubeconfig(tmp_path / "no-rbac.kubeconfig", token=token, user="no-rbac")
+    name = unique("orders")
+    with (
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server, kubeconfig=kubeconfig),
+        httpx.Client(base_url=server.url, timeout=10) as rest,
+    ):
+        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+
+        def failed() -> dict[str, Any] | None:
+            clusters = rest.get(f"/v1/projects/default/apis/{name}").json().get("status", {}).get("clusters", [])
+            return next((c for c in clusters if c["cluster"] == "edge-1" and c["state"] == "Failed"), None)
+
+        entry = wait_until(failed, "the API's status to show Failed")
+        assert "forbidden" in entry["message"]
+        assert "apis.meshplane.io" in entry["message"]
+        assert custom_resource(kube_apiserver, name) is None
