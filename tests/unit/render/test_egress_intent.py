@@ -257,15 +257,25 @@ def egress_fleets(draw: st.DrawFn) -> Fleet:
 
 
 def shuffled(fleet: Fleet, seed: int) -> Fleet:
+    """The same fleet with every collection in another order."""
     rng = random.Random(seed)
-    intents, clusters, clouds = (
-        list(fleet.egress_intents),
+    parts = [
         list(fleet.clusters.items()),
         list(fleet.logical_clouds.items()),
-    )
-    for items in (intents, clusters, clouds):
+        list(fleet.service_intents),
+        list(fleet.egress_intents),
+        list(fleet.ingress_intents),
+    ]
+    for items in parts:
         rng.shuffle(items)
-    return Fleet(clusters=dict(clusters), logical_clouds=dict(clouds), egress_intents=intents)
+    clusters, clouds, services, egress, ingress = parts
+    return Fleet(
+        clusters=dict(clusters),
+        logical_clouds=dict(clouds),
+        service_intents=services,
+        egress_intents=egress,
+        ingress_intents=ingress,
+    )
 
 
 PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,7 +8,6 @@ are the egress scenario's.
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +30,7 @@ from tests.unit.render.test_egress_intent import (
     render_all,
     scenario_clusters,
     scenario_fleet,
+    shuffled,
     to_yaml,
 )
 
@@ -262,15 +262,6 @@ def ingress_fleets(draw: st.DrawFn) -> Fleet:
     if draw(st.booleans()):
         clusters["core-1"] = dataclasses.replace(clusters["core-1"], east_west=None)
     return Fleet(clusters=clusters, logical_clouds=fleet_clouds(), ingress_intents=intents)
-
-
-def shuffled(fleet: Fleet, seed: int) -> Fleet:
-    rng = random.Random(seed)
-    intents, clusters = list(fleet.ingress_intents), list(fleet.clusters.items())
-    clouds = list(fleet.logical_clouds.items())
-    for items in (intents, clusters, clouds):
-        rng.shuffle(items)
-    return Fleet(clusters=dict(clusters), logical_clouds=dict(clouds), ingress_intents=intents)
 
 
 PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
