@@ -23,6 +23,10 @@ log = get_logger("meshplane.agent.reporter")
 # Answers that no retry can change: the report itself is wrong, so keeping it would block the queue.
 _REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
 
+# Queued bodies are serialized requests: a ReportStatusRequest as is, a ReportObjectsRequest behind this
+# tag (no protobuf message starts with a zero byte, field number 0 being invalid).
+_OBJECTS_TAG = b"\x00objects\x00"
+
 
 class Reporter:
     def __init__(self, state: LocalState, channel: Callable[[], grpc.aio.Channel], cluster: str):
@@ -39,6 +43,14 @@ class Reporter:
         await self.state.enqueue_report(request.SerializeToString())
         self.wake.set()
 
+    async def report_objects(self, objects: list[control_plane_pb2.LocalObject]) -> None:
+        """Queue a report of objects made in the cluster durably and wake the sender."""
+        if not objects:
+            return
+        request = control_plane_pb2.ReportObjectsRequest(cluster=self.cluster, objects=objects)
+        await self.state.enqueue_report(_OBJECTS_TAG + request.SerializeToString())
+        self.wake.set()
+
     async def run(self) -> None:
         delay = 0.2
         while True:
@@ -50,9 +62,15 @@ class Reporter:
             stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
             try:
                 for seq, body in pending:
-                    request = control_plane_pb2.ReportStatusRequest.FromString(body)
-                    request.idempotency_key = f"{self.cluster}/{self.state.instance}/{seq}"
-                    await stub.ReportStatus(request, timeout=10)
+                    key = f"{self.cluster}/{self.state.instance}/{seq}"
+                    if body.startswith(_OBJECTS_TAG):
+                        objects = control_plane_pb2.ReportObjectsRequest.FromString(body[len(_OBJECTS_TAG) :])
+                        objects.idempotency_key = key
+                        await stub.ReportObjects(objects, timeout=10)
+                    else:
+                        request = control_plane_pb2.ReportStatusRequest.FromString(body)
+                        request.idempotency_key = key
+                        await stub.ReportStatus(request, timeout=10)
                     await self.state.drop_report(seq)
                 delay = 0.2
             except grpc.aio.AioRpcError as exc:

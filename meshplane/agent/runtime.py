@@ -17,6 +17,7 @@ from meshplane.agent.admin import AdminServer, admin_app
 from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, PublishOutcome, gateway_group
 from meshplane.agent.kube import KubeApplier, KubeClient
 from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
+from meshplane.agent.kube.operator import KubeOperator
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
@@ -80,6 +81,7 @@ class Agent:
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
         self.kube: KubeApplier | None = None
+        self.operator: KubeOperator | None = None
 
     def _open_channel(self) -> grpc.aio.Channel:
         options = [
@@ -160,7 +162,20 @@ class Agent:
         """What this cluster's Kubernetes should hold now: every held API object and rendered manifest."""
         assert self.state is not None
         versions = {type_url: self.state.versions(type_url) for type_url in self.objects}
-        return desired_objects(self.objects, versions, frozenset({API_TYPE}))
+        # Objects this cluster made itself come back from the control plane: they stay the cluster's own.
+        own = {type_url: dict(held) for type_url, held in self.objects.items()}
+        for name in self._local_names():
+            own.get(API_TYPE, {}).pop(name, None)
+        return desired_objects(own, versions, frozenset({API_TYPE}))
+
+    def _local_names(self) -> list[str]:
+        """Names (project/name) of held API objects whose origin is this cluster."""
+        origin = f"cluster/{self.settings.cluster}"
+        return [
+            name
+            for name, held in self.objects.get(API_TYPE, {}).items()
+            if isinstance(held, Resource) and held.metadata.origin == origin
+        ]
 
     async def apply_update(self, update: DeltaUpdate) -> None:
         """Validate a whole delta before keeping any of it: a bad resource NACKs the response."""
@@ -226,6 +241,13 @@ class Agent:
         kube_client = KubeClient.from_kubeconfig(self.settings.kubeconfig) if self.settings.kubeconfig else None
         if kube_client is not None:
             self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
+            self.operator = KubeOperator(
+                kube_client,
+                self.reporter.report_objects,
+                self.kube.notice,
+                known_local=lambda: [(p, n) for p, _, n in (name.partition("/") for name in self._local_names())],
+                is_delivered=lambda key: key in self._kube_desired(),
+            )
         await self.rebuild()
         xds = grpc.aio.server()
         add_to_server(
@@ -253,16 +275,22 @@ class Agent:
         sync_task = asyncio.create_task(self.sync(), name="cp-sync")
         report_task = asyncio.create_task(self.reporter.run(), name="reports")
         kube_task = asyncio.create_task(self.kube.run(), name="kube-apply") if self.kube else None
+        operator_task = asyncio.create_task(self.operator.run(), name="kube-operator") if self.operator else None
         try:
             done, _ = await asyncio.wait(
-                [asyncio.create_task(stop.wait()), sync_task, report_task, *([kube_task] if kube_task else [])],
+                [
+                    asyncio.create_task(stop.wait()),
+                    sync_task,
+                    report_task,
+                    *(task for task in (kube_task, operator_task) if task is not None),
+                ],
                 return_when=asyncio.FIRST_COMPLETED,
             )
             for task in done:
                 if task is not None and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            for task in (sync_task, report_task, kube_task):
+            for task in (sync_task, report_task, kube_task, operator_task):
                 if task is None:
                     continue
                 task.cancel()

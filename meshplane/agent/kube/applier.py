@@ -48,6 +48,14 @@ class PassResult:
     complete: bool  # False when a transient error left something undone
 
 
+def drifted(actual: Mapping[str, Any], item: DesiredObject) -> bool:
+    """The object in Kubernetes is not the delivered one: another version, or edited since (spec, labels)."""
+    if delivered_version(actual) != item.version or actual.get("spec") != item.body.get("spec"):
+        return True
+    labels = actual.get("metadata", {}).get("labels") or {}
+    return any(labels.get(k) != v for k, v in item.body["metadata"].get("labels", {}).items())
+
+
 class KubeApplier:
     def __init__(
         self,
@@ -62,6 +70,12 @@ class KubeApplier:
         self.resync_interval = resync_interval
         self._wake = asyncio.Event()
         self._reported: dict[tuple[str, str], tuple[str, bool]] = {}
+
+    def notice(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        """A managed object changed in Kubernetes: reconcile when it is no longer what was delivered."""
+        item = self.desired().get(ObjectKey.of(obj))
+        if deleted or item is None or drifted(obj, item):
+            self.trigger()
 
     def trigger(self) -> None:
         """Ask for a reconcile pass; any number of triggers during a pass cause one more pass."""
@@ -108,7 +122,7 @@ class KubeApplier:
         outcomes = []
         for key, item in desired.items():
             current = actual.get(key)
-            if current is not None and delivered_version(current) == item.version:
+            if current is not None and not drifted(current, item):
                 outcomes.append(ApplyOutcome(item.type_url, item.name, item.version))
                 continue
             try:

@@ -1,0 +1,83 @@
+"""The agent as its cluster's operator, against a real kube-apiserver: an API CR made locally (kubectl)
+shows up in the control plane with its origin and follows its edits and deletion; an edit to a managed
+CR (drift) is reverted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from meshplane.model.resource import API_VERSION
+from tests.harness.kube import KubeAPIServer
+from tests.harness.meshplane import run_agent, run_server
+from tests.integration.test_agent_kube import api, cr_with_base_path, unique, wait_until
+
+
+def local_api(name: str, base_path: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "API",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"team": "orders"}},
+        "spec": {"basePath": base_path, "backends": [{"host": "orders.shop.svc", "port": 8080}]},
+    }
+
+
+def test_an_api_made_with_kubectl_appears_in_the_control_plane_and_follows(
+    tmp_path: Path, kube_apiserver: KubeAPIServer
+) -> None:
+    name = unique("local")
+    kube_apiserver.create_namespace("shop")
+    with (
+        run_server(tmp_path) as server,
+        httpx.Client(base_url=server.url, timeout=10) as rest,
+    ):
+        project = {"kind": "Project", "metadata": {"name": "shop"}, "spec": {}}
+        rest.post("/v1/projects", json=project).raise_for_status()
+        with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
+
+            def at_server(base_path: str) -> dict[str, Any] | None:
+                response = rest.get(f"/v1/projects/shop/apis/{name}")
+                if response.status_code != 200:
+                    return None
+                obj = response.json()
+                return obj if obj["spec"]["basePath"] == base_path else None
+
+            kube_apiserver.kubectl("apply", "-f", "-", input=json.dumps(local_api(name, "/local")))
+            shown = wait_until(lambda: at_server("/local"), "the local API at the server")
+            assert shown["metadata"]["origin"] == "cluster/edge-1"
+            assert shown["metadata"]["labels"] == {"team": "orders"}
+
+            kube_apiserver.kubectl("apply", "-f", "-", input=json.dumps(local_api(name, "/local-v2")))
+            wait_until(lambda: at_server("/local-v2"), "the server's copy to follow the edit")
+            # The cluster's own object is not taken over by the control plane.
+            cr = kube_apiserver.kubectl("get", "apis.meshplane.io", name, "-n", "shop", "-o", "json")
+            assert "meshplane.io/managed-by" not in (json.loads(cr)["metadata"].get("labels") or {})
+
+            kube_apiserver.kubectl("delete", "apis.meshplane.io", name, "-n", "shop")
+            wait_until(
+                lambda: rest.get(f"/v1/projects/shop/apis/{name}").status_code == 404, "the API gone at the server"
+            )
+
+
+def test_drift_on_a_managed_cr_is_reverted(tmp_path: Path, kube_apiserver: KubeAPIServer) -> None:
+    name = unique("orders")
+    with (
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
+        httpx.Client(base_url=server.url, timeout=10) as rest,
+    ):
+        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+        wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+
+        with kube_apiserver.client() as client:
+            client.patch(
+                f"/apis/{API_VERSION}/namespaces/default/apis/{name}",
+                headers={"Content-Type": "application/merge-patch+json"},
+                json={"spec": {"basePath": "/hijacked"}},
+            ).raise_for_status()
+        # Reverted by the watch, well before the 30 s resync.
+        wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the drift to be reverted", timeout=10)
+        rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()
