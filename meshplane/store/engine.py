@@ -8,6 +8,7 @@ PostgreSQL: writers serialize on the `meta` row lock; readers ask for REPEATABLE
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 _WRITE = "meshplane_write"
 _BUSY_TIMEOUT_MS = 30_000
+_WAL_ATTEMPTS = 25
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,19 @@ def create_engines(url: str) -> Engines:
     raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}")
 
 
+def _enable_wal(cursor: Any) -> None:
+    """Switch the file to WAL. The switch needs the file to itself and SQLite does not wait for it
+    (busy_timeout does not apply), so connections racing to open a new file retry a few times."""
+    for attempt in range(_WAL_ATTEMPTS):
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))
+
+
 def _sqlite(url: str, database: str | None) -> Engines:
     if not database or database == ":memory:":
         raise ValueError("the SQLite store needs a file path: WAL and cross-process locking need a file")
@@ -54,7 +69,7 @@ def _sqlite(url: str, database: str | None) -> Engines:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor)
         cursor.close()
 
     @event.listens_for(base.sync_engine, "begin")
