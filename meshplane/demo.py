@@ -125,7 +125,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             envoy,
             "-c",
             data_dir / "envoy.yaml",
-            "--use-dynamic-base-id",
+            "--disable-hot-restart",
             "--concurrency",
             "1",
             "-l",
