@@ -1,9 +1,10 @@
 """Publishes the translated Envoy configuration to the agent's gateways, make-before-break, and tells
 whether the gateways took it.
 
-A change first adds new clusters beside the ones still in use, then switches listeners and routes,
-and removes clusters only once every connected gateway has acknowledged the routes that no longer
-use them: no request ever meets a route whose cluster is gone.
+A change first adds new clusters beside the ones still in use and waits until every connected
+gateway holds them with their endpoints (so they have warmed), then switches listeners and routes,
+and removes clusters only once the routes that no longer use them are acknowledged: no request ever
+meets a route whose cluster is missing or still warming.
 """
 
 from __future__ import annotations
@@ -75,24 +76,33 @@ class GatewayPublisher(NoCallbacks):
         self._changed = asyncio.Condition()
 
     async def publish(self, config: EnvoyConfig) -> PublishOutcome:
+        """Three steps, each acknowledged before the next: new clusters and endpoints join the old ones
+        (and warm), listeners and routes switch, then clusters no longer used go. A step that changes
+        nothing is skipped; a rejection stops the sequence with the gateway's message."""
         async with self._lock:
             clusters = _packed(config.clusters)
             endpoints = _packed(config.endpoints, "cluster_name")
-            routes = _packed(config.routes)
-            listeners = _packed(config.listeners)
-            final = {CLUSTER: clusters, ENDPOINT: endpoints, LISTENER: listeners, ROUTE: routes}
-            kept_clusters = {**self.cache.resources(GATEWAYS, CLUSTER), **clusters}
-            kept_endpoints = {**self.cache.resources(GATEWAYS, ENDPOINT), **endpoints}
-            transition = {**final, CLUSTER: kept_clusters, ENDPOINT: kept_endpoints}
+            final = {
+                CLUSTER: clusters,
+                ENDPOINT: endpoints,
+                LISTENER: _packed(config.listeners),
+                ROUTE: _packed(config.routes),
+            }
+            served = {type_url: dict(self.cache.resources(GATEWAYS, type_url)) for type_url in ENVOY_TYPE_ORDER}
+            kept = {CLUSTER: {**served[CLUSTER], **clusters}, ENDPOINT: {**served[ENDPOINT], **endpoints}}
+            steps = [{**served, **kept}, {**final, **kept}, final]
             GATEWAY_PUBLISHES.inc()
-            self.cache.set_snapshot(GATEWAYS, transition)
-            if transition == final:
-                return await self._verdict(_versions(final))
-            outcome = await self._verdict(_versions(transition))
-            if outcome.state is DeliveryState.FAILED:
-                return outcome
-            self.cache.set_snapshot(GATEWAYS, final)
-            return await self._verdict(_versions(final))
+            previous = served
+            outcome = await self._verdict(_versions(served))
+            for step in steps:
+                if step == previous:
+                    continue
+                self.cache.set_snapshot(GATEWAYS, step)
+                outcome = await self._verdict(_versions(step))
+                if outcome.state is DeliveryState.FAILED:
+                    return outcome
+                previous = step
+            return outcome
 
     async def _verdict(self, wanted: Wanted) -> PublishOutcome:
         """Wait until every gateway holds `wanted` or one rejected part of it, at most ack_timeout."""
