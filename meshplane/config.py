@@ -125,6 +125,9 @@ class RetryPolicy(BaseModel):
         return json.dumps({"methodConfig": [{"name": [{"service": service}], "retryPolicy": policy}]})
 
 
+FailureMode = Literal["open", "closed"]
+
+
 class AgentSettings(ProcessSettings):
     cluster: str = "default"
     server: Address = "127.0.0.1:18000"
@@ -143,4 +146,16 @@ class AgentSettings(ProcessSettings):
     tls_server_name: str | None = Field(default=None, description="name to verify the server certificate against")
     kubeconfig: Path | None = Field(
         default=None, description="apply delivered objects to this cluster's Kubernetes with this kubeconfig"
+    )
+    enforcer_address: Address | None = Field(
+        default=None, description="the enforcer the gateways ask about opaque API keys (e.g. 127.0.0.1:18081)"
+    )
+    ratelimiter_address: Address | None = Field(
+        default=None, description="the rate limiter the gateways ask about global limits (e.g. 127.0.0.1:18082)"
+    )
+    enforcer_failure_mode: FailureMode = Field(
+        default="closed", description="when the enforcer cannot answer: closed (refuse, 503) or open"
+    )
+    ratelimiter_failure_mode: FailureMode = Field(
+        default="open", description="when the rate limiter cannot answer: open (let through) or closed"
     )

@@ -18,6 +18,7 @@ import grpc
 from envoy.config.core.v3 import base_pb2
 
 from meshplane.agent.translate import EnvoyConfig
+from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
 from meshplane.xds.cache import ResourceCache
@@ -35,9 +36,15 @@ Wanted = dict[str, dict[str, str]]
 """type URL -> resource name -> version."""
 
 
+ENFORCERS = "enforcers"
+RATELIMITERS = "ratelimiters"
+_SERVICE_GROUPS = {ENFORCER_NODE_CLUSTER: ENFORCERS, RATELIMITER_NODE_CLUSTER: RATELIMITERS}
+
+
 def gateway_group(node: base_pb2.Node, context: grpc.aio.ServicerContext) -> str:
-    """Every gateway of a cluster serves the same configuration."""
-    return GATEWAYS
+    """Every gateway of a cluster serves the same configuration; enforcers and rate limiters (known by the
+    cluster their node announces) get theirs."""
+    return _SERVICE_GROUPS.get(node.cluster, GATEWAYS)
 
 
 def _packed(messages: list, key: str = "name") -> dict[str, VersionedResource]:

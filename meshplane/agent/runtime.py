@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,13 +15,23 @@ from google.protobuf import any_pb2
 
 from meshplane import __version__
 from meshplane.agent.admin import AdminServer, admin_app
-from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, PublishOutcome, gateway_group
+from meshplane.agent.gateway import (
+    ENFORCERS,
+    ENVOY_TYPE_ORDER,
+    RATELIMITERS,
+    GatewayPublisher,
+    PublishOutcome,
+    gateway_group,
+)
 from meshplane.agent.kube import KubeApplier, KubeClient
 from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
 from meshplane.agent.kube.operator import KubeOperator
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
+from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
+from meshplane.agent.translate.translate import api_views
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
@@ -33,11 +44,14 @@ from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resour
 from meshplane.security.tls import INSECURE_WARNING, agent_channel_credentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
+from meshplane.xds.resource import pack
 from meshplane.xds.server import XdsServer, add_to_server
 
 log = get_logger("meshplane.agent")
 
 API_TYPE = REGISTRY.get("API").type_url
+ACCESS_KINDS = ("Application", "Subscription", "RateLimitPolicy", "ApplicationKey", "KeySet")
+ACCESS_TYPES = tuple(REGISTRY.get(kind).type_url for kind in ACCESS_KINDS)
 _DELIVERY_STATES = {
     DeliveryState.PENDING: control_plane_pb2.PENDING,
     DeliveryState.APPLIED: control_plane_pb2.APPLIED,
@@ -71,7 +85,14 @@ class Agent:
         self.channel_credentials = channel_credentials or agent_channel_credentials(settings)
         self.gateway_cache = ResourceCache()
         gw_host, gw_port = split_address(settings.gateway_address)
-        self.gateway_settings = GatewaySettings(listener_address=gw_host, listener_port=gw_port)
+        self.gateway_settings = GatewaySettings(
+            listener_address=gw_host,
+            listener_port=gw_port,
+            enforcer_address=settings.enforcer_address,
+            ratelimiter_address=settings.ratelimiter_address,
+            enforcer_fail_open=settings.enforcer_failure_mode == "open",
+            ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
+        )
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
         )
@@ -82,6 +103,8 @@ class Agent:
         self._channel: grpc.aio.Channel | None = None
         self.kube: KubeApplier | None = None
         self.operator: KubeOperator | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_task: asyncio.Task[None] | None = None
 
     def _open_channel(self) -> grpc.aio.Channel:
         options = [
@@ -124,8 +147,34 @@ class Agent:
         return servable
 
     async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
-        apis = servable.get(API_TYPE, {}).values()
-        return await self.publisher.publish(translate_apis(apis, self.gateway_settings))
+        now = time.time()
+        resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
+        apis = api_views(resources)
+        held = [obj for type_url in ACCESS_TYPES for obj in servable.get(type_url, {}).values()]
+        catalog = Catalog.of(obj for obj in held if isinstance(obj, Resource))
+        self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
+        self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
+        self._wake_at(catalog.next_expiry(now))
+        return await self.publisher.publish(translate_apis(resources, self.gateway_settings, catalog, now))
+
+    def _set_services(self, group: str, resources: Resources) -> None:
+        """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
+        packed = {kind: {name: pack(name, msg) for name, msg in items.items()} for kind, items in resources.items()}
+        self.gateway_cache.set_snapshot(group, packed)
+
+    def _wake_at(self, moment: float | None) -> None:
+        """Tell the gateways again when a key record runs out (a rotation's overlap ends)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if moment is not None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, moment - time.time()) + 0.05
+            self._expiry = loop.call_later(delay, self._rebuild_later)
+
+    def _rebuild_later(self) -> None:
+        self._expiry = None
+        self._expiry_task = asyncio.create_task(self.rebuild(), name="key-expiry")
 
     async def rebuild(self, changed: Mapping[tuple[str, str], str] | None = None) -> None:
         """Publish what is held to the gateways and report how `changed` (type URL, name -> version) fared.

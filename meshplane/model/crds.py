@@ -97,8 +97,8 @@ def crd_name(info: KindInfo) -> str:
 
 
 def custom_resource_definitions(registry: KindRegistry = REGISTRY) -> list[dict[str, Any]]:
-    """One apiextensions.k8s.io/v1 CRD for every kind delivered to clusters, in registry order."""
-    return [custom_resource_definition(info) for info in registry.delivered()]
+    """One apiextensions.k8s.io/v1 CRD for every kind delivered to clusters that users write, in registry order."""
+    return [custom_resource_definition(info) for info in registry.delivered() if info.writable]
 
 
 def custom_resource_definition(info: KindInfo) -> dict[str, Any]:

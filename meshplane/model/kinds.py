@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator
 
+from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
 from meshplane.model.meta import Placement
@@ -86,6 +87,9 @@ class Operation(WireModel):
 
     method: HttpMethod
     path: OperationPath
+    scopes: list[Scope] = Field(default_factory=list)
+    """Every one of these must be in the caller's token (needs `authentication.jwt`)."""
+    rate_limit: RateLimit | None = None
 
 
 class BackendProtocol(StrEnum):
@@ -121,6 +125,10 @@ class APISpec(WireModel):
     operations: list[Operation] = Field(default_factory=list)
     backends: list[Backend] = Field(min_length=1)
     timeout: Duration | None = None
+    authentication: Authentication | None = None
+    cors: Cors | None = None
+    rate_limit: RateLimit | None = None
+    """The API's own limit, for all callers together."""
     placement: Placement = Field(default_factory=Placement)
 
     # Field validators rather than one model validator: each error then carries its field's path.
@@ -143,3 +151,12 @@ class APISpec(WireModel):
                 raise ValueError(f"{op.method.value} {op.path} is declared twice")
             seen.add(key)
         return operations
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules across fields, as (path under spec, message), so each error still names its field."""
+        jwt = self.authentication is not None and self.authentication.jwt is not None
+        return [
+            (f"operations[{index}].scopes", "scopes need authentication.jwt: only user tokens carry scopes")
+            for index, op in enumerate(self.operations)
+            if op.scopes and not jwt
+        ]

@@ -10,6 +10,13 @@ from typing import Any, Literal
 from google.protobuf.message import Message
 from pydantic import BaseModel, ValidationError, create_model
 
+from meshplane.model.access import (
+    ApplicationKeySpec,
+    ApplicationSpec,
+    KeySetSpec,
+    RateLimitPolicySpec,
+    SubscriptionSpec,
+)
 from meshplane.model.base import WireModel
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
@@ -45,6 +52,8 @@ class KindInfo:
     status: type[BaseModel] = ObjectStatus
     message: type[Message] | None = None
     """The proto message delivered to agents; None for kinds that stay at the server."""
+    writable: bool = True
+    """False for kinds only the system writes (credential records): REST serves them read-only."""
     model: type[Resource] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +135,9 @@ class KindRegistry:
             resource = info.model.model_validate(body)
         except ValidationError as exc:
             raise InvalidObject(field_errors(exc)) from None
+        problems = getattr(resource.spec, "field_problems", None)
+        if problems is not None and (errors := problems()):
+            raise InvalidObject([FieldError(path=f"spec.{path}", message=message) for path, message in errors])
         project = resource.metadata.project
         if info.namespaced and not project:
             raise InvalidObject([FieldError(path="metadata.project", message=f"{info.kind} needs a project")])
@@ -145,5 +157,23 @@ REGISTRY = KindRegistry(
         KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec),
         KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec),
         KindInfo("IngressIntent", "ingressintents", Scope.PROJECT, IngressIntentSpec),
+        KindInfo("Application", "applications", Scope.PROJECT, ApplicationSpec, message=resources_pb2.Application),
+        KindInfo("Subscription", "subscriptions", Scope.PROJECT, SubscriptionSpec, message=resources_pb2.Subscription),
+        KindInfo(
+            "RateLimitPolicy",
+            "ratelimitpolicies",
+            Scope.PROJECT,
+            RateLimitPolicySpec,
+            message=resources_pb2.RateLimitPolicy,
+        ),
+        KindInfo(
+            "ApplicationKey",
+            "applicationkeys",
+            Scope.PROJECT,
+            ApplicationKeySpec,
+            message=resources_pb2.ApplicationKey,
+            writable=False,
+        ),
+        KindInfo("KeySet", "keysets", Scope.CLUSTER, KeySetSpec, message=resources_pb2.KeySet, writable=False),
     ]
 )

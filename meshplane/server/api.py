@@ -76,14 +76,46 @@ def _project_dependency(info: KindInfo) -> Any:
 
 
 def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
-    """Create, replace, patch, get, list and delete for one kind, at its cluster or project path."""
+    """Get and list for one kind, at its cluster or project path; the writes too unless only the system writes it."""
     router = APIRouter(tags=[info.kind], responses=ERROR_RESPONSES)
     base = f"/v1/projects/{{project}}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
     item = f"{base}/{{name}}"
+    opts: dict[str, Any] = {"response_model": info.model, "response_model_exclude_none": True}
+    Project = Annotated[str | None, _project_dependency(info)]
+    if info.writable:
+        _write_routes(router, info, service, base, item, opts)
+
+    @router.get(item, summary=f"Read a {info.kind}", **opts)
+    async def read(response: Response, name: str, project: Project) -> Resource:
+        return _with_etag(response, await service.get(info, project, name))
+
+    @router.get(base, summary=f"List {info.plural}", response_model=_list_model(info), response_model_exclude_none=True)
+    async def list_(
+        project: Project,
+        label_selector: Annotated[str | None, Query(alias="labelSelector")] = None,
+        limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
+        continue_token: Annotated[str | None, Query(alias="continue")] = None,
+    ) -> Any:
+        try:
+            selector = parse_label_selector(label_selector) if label_selector else None
+        except ValueError as exc:
+            raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
+        page = await service.list(info, project, selector, limit, continue_token)
+        metadata = {"resourceVersion": str(page.revision)}
+        if page.continue_token:
+            metadata["continue"] = page.continue_token
+        return {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": metadata, "items": page.items}
+
+    return router
+
+
+def _write_routes(
+    router: APIRouter, info: KindInfo, service: ObjectService, base: str, item: str, opts: dict[str, Any]
+) -> None:
+    """Create, replace, patch and delete: only for kinds that users write."""
     ref = SCHEMA_REF.format(model=info.kind)
     body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": ref}}}}}
     patch_body = {"requestBody": {"content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}}
-    opts: dict[str, Any] = {"response_model": info.model, "response_model_exclude_none": True}
     Project = Annotated[str | None, _project_dependency(info)]
 
     @router.post(base, status_code=201, openapi_extra=body, summary=f"Create a {info.kind}", **opts)
@@ -107,32 +139,9 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
         resource = await service.patch(info, project, name, await _read_json(request), if_match)
         return _with_etag(response, resource)
 
-    @router.get(item, summary=f"Read a {info.kind}", **opts)
-    async def read(response: Response, name: str, project: Project) -> Resource:
-        return _with_etag(response, await service.get(info, project, name))
-
     @router.delete(item, summary=f"Delete a {info.kind}", **opts)
     async def delete(name: str, project: Project, if_match: IfMatch = None) -> Resource:
         return await service.delete(info, project, name, if_match)
-
-    @router.get(base, summary=f"List {info.plural}", response_model=_list_model(info), response_model_exclude_none=True)
-    async def list_(
-        project: Project,
-        label_selector: Annotated[str | None, Query(alias="labelSelector")] = None,
-        limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
-        continue_token: Annotated[str | None, Query(alias="continue")] = None,
-    ) -> Any:
-        try:
-            selector = parse_label_selector(label_selector) if label_selector else None
-        except ValueError as exc:
-            raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
-        page = await service.list(info, project, selector, limit, continue_token)
-        metadata = {"resourceVersion": str(page.revision)}
-        if page.continue_token:
-            metadata["continue"] = page.continue_token
-        return {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": metadata, "items": page.items}
-
-    return router
 
 
 def install_object_routes(app: FastAPI, service: ObjectService) -> None:

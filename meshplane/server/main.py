@@ -21,9 +21,12 @@ from meshplane.server.app import create_app
 from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.compaction import Compactor
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
+from meshplane.server.credentials import Credentials, credentials_router
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
+from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
+from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
 from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import AlreadyExists
@@ -113,6 +116,8 @@ async def run_server(
         grpc_credentials = server_credentials(settings)
     store = await Store.open(settings.store_url)
     await ensure_default_project(store)
+    signing = SigningKeys(settings.data_dir / "signing")
+    await publish_key_set(store, signing)
     cache = ResourceCache()
     projection = FleetProjection(cache)
     feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
@@ -139,6 +144,7 @@ async def run_server(
 
     app = create_app(store, ready=feeder.ready.is_set)
     app.include_router(cluster_resources_router(projection))
+    app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
     http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]

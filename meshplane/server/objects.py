@@ -16,6 +16,7 @@ from typing import Any
 from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.server.access_checks import check_access, delete_dependents
 from meshplane.server.intent_checks import check_intent
 from meshplane.server.problems import Problem
 from meshplane.store.errors import NotFound
@@ -116,11 +117,15 @@ class ObjectService:
             raise InvalidObject(errors)
         return resource
 
+    async def _check(self, resource: Resource) -> None:
+        await check_intent(self.store, resource)
+        await check_access(self.store, resource)
+
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         if project is not None:
             await self.require_project(project)
         resource = self.validate(info, project, None, doc)
-        await check_intent(self.store, resource)
+        await self._check(resource)
         meta = resource.metadata
         stored = await self.store.create(
             info.kind,
@@ -138,7 +143,7 @@ class ObjectService:
         if project is not None:
             await self.require_project(project)
         resource = self.validate(info, project, name, doc)
-        await check_intent(self.store, resource)
+        await self._check(resource)
         meta = resource.metadata
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
@@ -181,6 +186,7 @@ class ObjectService:
         stored = await self.store.delete(
             info.kind, project or "", name, expected_revision=parse_revision(if_match, "If-Match")
         )
+        await delete_dependents(self.store, info.kind, project or "", name)
         return to_resource(info, stored)
 
     async def _refuse_non_empty_project(self, project: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, Protocol
 
 from meshplane.model.meta import Placement
 
@@ -10,3 +11,49 @@ from meshplane.model.meta import Placement
 def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
     """The names of the clusters (name -> labels) that the placement selects."""
     return frozenset(name for name, labels in clusters.items() if placement.selects(name, dict(labels)))
+
+
+FOLLOWERS = frozenset({"Subscription", "Application", "ApplicationKey", "RateLimitPolicy"})
+"""Kinds placed where the APIs they touch are placed, rather than by a placement of their own."""
+
+ObjectKey = tuple[str, str, str]
+
+
+class _HasSpec(Protocol):
+    spec: Any
+
+
+def followers_placement(
+    project: str, objects: Mapping[ObjectKey, _HasSpec], placed: Mapping[ObjectKey, frozenset[str]]
+) -> dict[ObjectKey, frozenset[str]]:
+    """Where each follower of one project goes, from where its APIs are placed: a subscription with its
+    API, an application with the APIs it subscribes to, a key with its application, a policy with the
+    API it targets (or, for a plan, with the subscriptions on that plan)."""
+    mine = {key: obj.spec for key, obj in objects.items() if key[1] == project and key[0] in FOLLOWERS | {"API"}}
+    out: dict[ObjectKey, frozenset[str]] = {}
+
+    def api(name: str | None) -> frozenset[str]:
+        return placed.get(("API", project, name or ""), frozenset())
+
+    subscriptions = {key: spec for key, spec in mine.items() if key[0] == "Subscription"}
+    for key, spec in subscriptions.items():
+        out[key] = api(spec.api)
+    by_application: dict[str, set[str]] = {}
+    for key, spec in subscriptions.items():
+        by_application.setdefault(spec.application, set()).update(out[key])
+    for key in mine:
+        if key[0] == "Application":
+            out[key] = frozenset(by_application.get(key[2], ()))
+    for key, spec in mine.items():
+        if key[0] == "ApplicationKey":
+            out[key] = out.get(("Application", project, spec.application), frozenset())
+        elif key[0] == "RateLimitPolicy":
+            target = spec.target
+            if target.kind.value != "SubscriptionPlan":
+                out[key] = api(target.name)
+            elif target.api is not None:
+                out[key] = api(target.api)
+            else:
+                plan = [out[k] for k, s in subscriptions.items() if s.plan == target.name]
+                out[key] = frozenset().union(*plan)
+    return out

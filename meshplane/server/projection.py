@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement
 from meshplane.model.registry import REGISTRY, KindInfo
@@ -16,7 +18,7 @@ from meshplane.model.resource import Resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
 from meshplane.server.objects import to_resource
-from meshplane.server.placement import placed_clusters
+from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters
 from meshplane.store.records import StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
@@ -32,6 +34,7 @@ class DeliveredObject:
     info: KindInfo
     resource: VersionedResource
     placement: Placement
+    spec: BaseModel
 
 
 def placement_of(resource: Resource) -> Placement:
@@ -43,7 +46,7 @@ def deliver(info: KindInfo, stored: StoredObject) -> DeliveredObject:
     """Validate and pack a stored object once, for every cluster that will receive it."""
     resource = to_resource(info, stored)
     packed = pack(resource_name(stored.project, stored.name), to_message(info, resource))
-    return DeliveredObject(info, packed, placement_of(resource))
+    return DeliveredObject(info, packed, placement_of(resource), resource.spec)
 
 
 class FleetProjection:
@@ -61,7 +64,9 @@ class FleetProjection:
         for stored in objects:
             if (delivered := self._deliver(stored)) is not None:
                 self.objects[(stored.kind, stored.project, stored.name)] = delivered
-        self.placed = {key: self._placement(obj) for key, obj in self.objects.items()}
+        self.placed = {key: self._placement(obj) for key, obj in self.objects.items() if key[0] not in FOLLOWERS}
+        for project in {key[1] for key in self.objects}:
+            self.placed.update(followers_placement(project, self.objects, self.placed))
         self._dirty.update(self.objects)
         for group in set(self.cache.groups()) | set(self.clusters):
             self._publish_cluster(group)
@@ -73,15 +78,33 @@ class FleetProjection:
             self.remove_object(key)
             return
         before = self.placed.get(key, frozenset())
-        after = self._placement(delivered)
         self.objects[key] = delivered
-        self.placed[key] = after
         self._dirty.add(key)
-        type_url = delivered.info.type_url
-        for cluster in after:
-            self.cache.update(cluster, type_url, upserts=[delivered.resource])
+        if key[0] in FOLLOWERS:
+            after = followers_placement(stored.project, self.objects, self.placed).get(key, frozenset())
+        else:
+            after = self._placement(delivered)
+        self._move(key, delivered, before, after, upsert=True)
+        self._refollow(stored.project)
+
+    def _move(
+        self, key: ObjectKey, obj: DeliveredObject, before: frozenset[str], after: frozenset[str], upsert: bool
+    ) -> None:
+        """Place an object on `after` (sending it again where it already was when it changed)."""
+        self.placed[key] = after
+        type_url = obj.info.type_url
+        for cluster in after if upsert else after - before:
+            self.cache.update(cluster, type_url, upserts=[obj.resource])
         for cluster in before - after:
-            self.cache.update(cluster, type_url, removals=[delivered.resource.name])
+            self.cache.update(cluster, type_url, removals=[obj.resource.name])
+
+    def _refollow(self, project: str) -> None:
+        """Objects that follow the APIs they touch move when an API, subscription or application does."""
+        for key, after in followers_placement(project, self.objects, self.placed).items():
+            before = self.placed.get(key, frozenset())
+            if after != before:
+                self._dirty.add(key)
+                self._move(key, self.objects[key], before, after, upsert=False)
 
     def remove_object(self, key: ObjectKey) -> None:
         self._dirty.add(key)
@@ -91,6 +114,7 @@ class FleetProjection:
             return
         for cluster in placed:
             self.cache.update(cluster, delivered.info.type_url, removals=[delivered.resource.name])
+        self._refollow(key[1])
 
     def upsert_cluster(self, name: str, labels: Mapping[str, str]) -> None:
         if self.clusters.get(name) == dict(labels):
@@ -113,12 +137,16 @@ class FleetProjection:
 
     def _replace_cluster(self, name: str) -> None:
         for key, obj in self.objects.items():
+            if key[0] in FOLLOWERS:
+                continue
             placed = set(self.placed.get(key, frozenset()))
             if name in self.clusters and obj.placement.selects(name, self.clusters[name]):
                 placed.add(name)
             else:
                 placed.discard(name)
             self.placed[key] = frozenset(placed)
+        for project in {key[1] for key in self.objects}:
+            self.placed.update(followers_placement(project, self.objects, self.placed))
         self._dirty.update(self.objects)
         self._publish_cluster(name)
 

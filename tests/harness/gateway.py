@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -12,18 +12,23 @@ class Gateway:
     def __init__(self, port: int):
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
 
-    def request(self, method: str, path: str) -> httpx.Response:
-        return self.http.request(method, path)
+    def request(self, method: str, path: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
+        return self.http.request(method, path, headers=headers)
 
     def wait_for(
-        self, path: str, expect: Callable[[httpx.Response], bool], method: str = "GET", timeout: float = 15.0
+        self,
+        path: str,
+        expect: Callable[[httpx.Response], bool],
+        method: str = "GET",
+        timeout: float = 15.0,
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """Poll until the answer satisfies `expect`; the last answer is in the error otherwise."""
         deadline = time.monotonic() + timeout
         last: httpx.Response | str = "no answer"
         while time.monotonic() < deadline:
             try:
-                last = self.http.request(method, path)
+                last = self.http.request(method, path, headers=headers)
                 if expect(last):
                     return last
             except httpx.TransportError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,10 +120,11 @@ def run_agent(
     insecure: bool | None = None,
     ports: tuple[int, int] | None = None,
     kubeconfig: Path | None = None,
+    extra: Sequence[str] = (),
 ) -> Iterator[AgentProcess]:
     """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts);
     `ports` (xds, gateway) lets a restarted agent come back where its Envoys expect it; with
-    `kubeconfig`, it applies what it holds to that Kubernetes API server.
+    `kubeconfig`, it applies what it holds to that Kubernetes API server; `extra` adds flags.
 
     Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
     address, from the CA in tmp_path/server (run_server's default), created there if the server has
@@ -159,6 +160,7 @@ def run_agent(
         argv += ["--label", f"{key}={value}"]
     if kubeconfig is not None:
         argv += ["--kubeconfig", str(kubeconfig)]
+    argv += extra
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
         process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")
         yield AgentProcess(process, cluster, xds_port, gateway_port, admin_port)

@@ -18,6 +18,14 @@ class GatewaySettings:
     listener_port: int = 10000
     listener_name: str = "gateway"
     route_config_name: str = "gateway"
+    enforcer_address: str | None = None
+    """host:port of the enforcer (ext_authz); None: APIs with opaque keys answer 503 here."""
+    ratelimiter_address: str | None = None
+    """host:port of the rate limiter; None: global limits are not enforced here (local ones are)."""
+    enforcer_fail_open: bool = False
+    """Let requests through when the enforcer cannot answer (default: refuse them, 503)."""
+    ratelimiter_fail_closed: bool = False
+    """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
 
 
 @dataclass(frozen=True)

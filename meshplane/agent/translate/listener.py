@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -14,18 +16,25 @@ HCM_FILTER = "envoy.filters.network.http_connection_manager"
 ROUTER_FILTER = "envoy.filters.http.router"
 
 
-def gateway_listener(settings: GatewaySettings) -> listener_pb2.Listener:
+def gateway_listener(
+    settings: GatewaySettings,
+    filters: Sequence[hcm_pb2.HttpFilter] = (),
+    local_reply: hcm_pb2.LocalReplyConfig | None = None,
+) -> listener_pb2.Listener:
     """Paths are normalized and slashes merged before matching, so `/orders/../admin` or `//admin` cannot
-    reach a route meant for something else; the port in Host is ignored when picking a virtual host."""
+    reach a route meant for something else; the port in Host is ignored when picking a virtual host.
+    `filters` (checks and limits) run in order before the router."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=settings.listener_name,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
         rds=hcm_pb2.Rds(config_source=ads_source(), route_config_name=settings.route_config_name),
-        http_filters=[router_filter()],
+        http_filters=[*filters, router_filter()],
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         strip_any_host_port=True,
     )
+    if local_reply is not None:
+        manager.local_reply_config.CopyFrom(local_reply)
     return listener_pb2.Listener(
         name=settings.listener_name,
         address=socket_address(settings.listener_address, settings.listener_port),

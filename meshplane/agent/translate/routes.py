@@ -12,7 +12,7 @@ a virtual host carries, not the order within it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.type.matcher.v3 import string_pb2
@@ -32,11 +32,17 @@ from meshplane.agent.translate.paths import (
 from meshplane.model.kinds import Backend, Operation
 
 _SortKey = tuple[object, ...]
+RouteHook = Callable[[Api, Operation | None, route_components_pb2.Route], None]
+"""Adds an API's checks and limits to one of its routes."""
+PreflightHook = Callable[[Api, route_components_pb2.RouteMatch], route_components_pb2.Route | None]
+"""The CORS preflight route of an API (given its catch-all match), if it has one."""
 
 
-def route_configuration(name: str, apis: Sequence[Api]) -> route_pb2.RouteConfiguration:
+def route_configuration(
+    name: str, apis: Sequence[Api], decorate: RouteHook | None = None, preflight: PreflightHook | None = None
+) -> route_pb2.RouteConfiguration:
     """One virtual host per group of domains served by the same APIs; no APIs, no virtual hosts (all 404)."""
-    routes = {api.key: _api_routes(api) for api in apis}
+    routes = {api.key: _api_routes(api, decorate, preflight) for api in apis}
     virtual_hosts = []
     for domains, keys in group_domains({api.key: api.spec.hostnames for api in apis}):
         ordered = sorted((entry for key in keys for entry in routes[key]), key=lambda entry: entry[0])
@@ -46,12 +52,25 @@ def route_configuration(name: str, apis: Sequence[Api]) -> route_pb2.RouteConfig
     return route_pb2.RouteConfiguration(name=name, virtual_hosts=virtual_hosts)
 
 
-def _api_routes(api: Api) -> list[tuple[_SortKey, route_components_pb2.Route]]:
+def _api_routes(
+    api: Api, decorate: RouteHook | None, preflight: PreflightHook | None
+) -> list[tuple[_SortKey, route_components_pb2.Route]]:
     base = base_pattern(api.spec.base_path)
     action = _action(api, base)
-    if not api.spec.operations:
-        return [_route(api, base, catch_all(base), None, action)]
-    return [_route(api, base, operation_pattern(base, op.path), op, action) for op in api.spec.operations]
+    operations: list[Operation | None] = list(api.spec.operations) or [None]
+    routes = []
+    for op in operations:
+        pattern = operation_pattern(base, op.path) if op is not None else catch_all(base)
+        key, route = _route(api, base, pattern, op, action)
+        if decorate is not None:
+            decorate(api, op, route)
+        routes.append((key, route))
+    extra = preflight(api, route_match(catch_all(base))) if preflight is not None else None
+    if extra is not None:
+        # After the operations' more specific patterns, before a catch-all that would take any method.
+        key = (-len(base.segments), base.specificity(), api.spec.base_path, catch_all(base).specificity(), False)
+        routes.append(((*key, "", "OPTIONS", api.project, api.name), extra))
+    return routes
 
 
 def _route(
@@ -61,7 +80,7 @@ def _route(
     if op is not None:
         method = string_pb2.StringMatcher(exact=op.method.value)
         match.headers.append(route_components_pb2.HeaderMatcher(name=":method", string_match=method))
-    key = (
+    key: _SortKey = (
         -len(base.segments),
         base.specificity(),
         api.spec.base_path,
@@ -72,7 +91,9 @@ def _route(
         api.project,
         api.name,
     )
-    return key, route_components_pb2.Route(name=route_name(api, op), match=match, route=action)
+    route = route_components_pb2.Route(name=route_name(api, op), match=match)
+    route.route.CopyFrom(action)
+    return key, route
 
 
 def route_name(api: Api, op: Operation | None) -> str:

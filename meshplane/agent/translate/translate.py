@@ -2,31 +2,62 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from itertools import pairwise
 
+from envoy.config.route.v3 import route_components_pb2
+
+from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.catalog import Catalog
 from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
+from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
+from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
 
 
-def translate_apis(apis: Iterable[Resource], settings: GatewaySettings) -> EnvoyConfig:
-    """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
-    plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
-
-    The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
-    Output never depends on input order; an API given twice (same project and name) is a ValueError.
-    """
+def api_views(apis: Iterable[Resource]) -> list[Api]:
+    """The APIs sorted by project and name; an API given twice (same project and name) is a ValueError."""
     views = sorted((Api.of(resource) for resource in apis), key=lambda api: api.key)
     for before, after in pairwise(views):
         if before.key == after.key:
             raise ValueError(f"API {after.project}/{after.name} is given twice")
-    listeners, routes = [gateway_listener(settings)], [route_configuration(settings.route_config_name, views)]
-    clusters, endpoints = [], []
+    return views
+
+
+def translate_apis(
+    apis: Iterable[Resource],
+    settings: GatewaySettings,
+    catalog: Catalog | None = None,
+    now: float | None = None,
+) -> EnvoyConfig:
+    """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
+    plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
+    `catalog` says who may call what (applications, subscriptions, keys, limits); `now` decides which key
+    records have run out.
+
+    The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
+    Output never depends on input order.
+    """
+    views = api_views(apis)
+    catalog = catalog or Catalog()
+    access = AccessPlan.of(views, settings, catalog, time.time() if now is None else now)
+    limits = LimitPlan.of(views, settings, catalog)
+
+    def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        access.decorate(api, op, route)
+        if route.HasField("route"):
+            limits.decorate(api, op, route.route)
+
+    listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
+    routes = [route_configuration(settings.route_config_name, views, decorate, access.preflight_route)]
+    clusters = [*access.clusters, *limits.clusters()]
+    endpoints = []
     for api in views:
         proxyless = proxyless_resources(api)
         if proxyless is not None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"meshplane/proto/v1/resources.proto\x12\x0cmeshplane.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xb5\x02\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.meshplane.v1.ObjectMeta.LabelsEntry\x12>\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32).meshplane.v1.ObjectMeta.AnnotationsEntry\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x0e\n\x06origin\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x03\x41PI\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xca\x02\n\x08Manifest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x32\n\x06labels\x18\x05 \x03(\x0b\x32\".meshplane.v1.Manifest.LabelsEntry\x12<\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\'.meshplane.v1.Manifest.AnnotationsEntry\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"meshplane/proto/v1/resources.proto\x12\x0cmeshplane.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xb5\x02\n\nObjectMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x34\n\x06labels\x18\x03 \x03(\x0b\x32$.meshplane.v1.ObjectMeta.LabelsEntry\x12>\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32).meshplane.v1.ObjectMeta.AnnotationsEntry\x12\x12\n\ngeneration\x18\x05 \x01(\x03\x12\x0b\n\x03uid\x18\x06 \x01(\t\x12\x0e\n\x06origin\x18\x07 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"X\n\x03\x41PI\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"`\n\x0b\x41pplication\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"a\n\x0cSubscription\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"d\n\x0fRateLimitPolicy\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"c\n\x0e\x41pplicationKey\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"[\n\x06KeySet\x12*\n\x08metadata\x18\x01 \x01(\x0b\x32\x18.meshplane.v1.ObjectMeta\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xca\x02\n\x08Manifest\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tnamespace\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x32\n\x06labels\x18\x05 \x03(\x0b\x32\".meshplane.v1.Manifest.LabelsEntry\x12<\n\x0b\x61nnotations\x18\x06 \x03(\x0b\x32\'.meshplane.v1.Manifest.AnnotationsEntry\x12%\n\x04spec\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,8 +48,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OBJECTMETA_ANNOTATIONSENTRY']._serialized_end=392
   _globals['_API']._serialized_start=394
   _globals['_API']._serialized_end=482
-  _globals['_MANIFEST']._serialized_start=485
-  _globals['_MANIFEST']._serialized_end=815
+  _globals['_APPLICATION']._serialized_start=484
+  _globals['_APPLICATION']._serialized_end=580
+  _globals['_SUBSCRIPTION']._serialized_start=582
+  _globals['_SUBSCRIPTION']._serialized_end=679
+  _globals['_RATELIMITPOLICY']._serialized_start=681
+  _globals['_RATELIMITPOLICY']._serialized_end=781
+  _globals['_APPLICATIONKEY']._serialized_start=783
+  _globals['_APPLICATIONKEY']._serialized_end=882
+  _globals['_KEYSET']._serialized_start=884
+  _globals['_KEYSET']._serialized_end=975
+  _globals['_MANIFEST']._serialized_start=978
+  _globals['_MANIFEST']._serialized_end=1308
   _globals['_MANIFEST_LABELSENTRY']._serialized_start=295
   _globals['_MANIFEST_LABELSENTRY']._serialized_end=340
   _globals['_MANIFEST_ANNOTATIONSENTRY']._serialized_start=342

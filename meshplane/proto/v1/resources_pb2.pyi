@@ -47,6 +47,46 @@ class API(_message.Message):
     spec: _struct_pb2.Struct
     def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
+class Application(_message.Message):
+    __slots__ = ("metadata", "spec")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    metadata: ObjectMeta
+    spec: _struct_pb2.Struct
+    def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class Subscription(_message.Message):
+    __slots__ = ("metadata", "spec")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    metadata: ObjectMeta
+    spec: _struct_pb2.Struct
+    def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class RateLimitPolicy(_message.Message):
+    __slots__ = ("metadata", "spec")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    metadata: ObjectMeta
+    spec: _struct_pb2.Struct
+    def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class ApplicationKey(_message.Message):
+    __slots__ = ("metadata", "spec")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    metadata: ObjectMeta
+    spec: _struct_pb2.Struct
+    def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class KeySet(_message.Message):
+    __slots__ = ("metadata", "spec")
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    metadata: ObjectMeta
+    spec: _struct_pb2.Struct
+    def __init__(self, metadata: _Optional[_Union[ObjectMeta, _Mapping]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
 class Manifest(_message.Message):
     __slots__ = ("api_version", "kind", "namespace", "name", "labels", "annotations", "spec")
     class LabelsEntry(_message.Message):

@@ -50,17 +50,25 @@ def test_get_takes_only_the_exact_kind_name() -> None:
 
 def test_every_kind_has_a_lower_case_plural_and_a_scope() -> None:
     for info in REGISTRY:
-        assert info.plural == info.kind.lower() + "s"
+        assert info.plural.islower() and info.plural.endswith("s")
+        assert info.plural.startswith(info.kind.lower().removesuffix("y"))
         assert REGISTRY.resolve(info.plural) is info
 
-    assert [info.kind for info in REGISTRY if not info.namespaced] == ["Project", "Cluster"]
+    assert [info.kind for info in REGISTRY if not info.namespaced] == ["Project", "Cluster", "KeySet"]
 
 
 def test_only_delivered_kinds_have_a_type_url() -> None:
     api = REGISTRY.get("API")
 
     assert REGISTRY.by_type_url(api.type_url) is api
-    assert REGISTRY.delivered() == [api]
+    assert [info.kind for info in REGISTRY.delivered()] == [
+        "API",
+        "Application",
+        "Subscription",
+        "RateLimitPolicy",
+        "ApplicationKey",
+        "KeySet",
+    ]
     with pytest.raises(ValueError, match="not delivered"):
         _ = REGISTRY.get("Project").type_url
 

@@ -1,0 +1,134 @@
+"""Who may call what: the consumer side of a cluster's objects, indexed for the translator.
+
+Built from the held Applications, Subscriptions, RateLimitPolicies, ApplicationKey records and the
+KeySet. References to objects this cluster does not hold (a deleted application, an API placed
+elsewhere) simply grant nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from meshplane.model.access import (
+    ApplicationKeySpec,
+    KeySetSpec,
+    RateLimit,
+    RateLimitPolicySpec,
+    SubscriptionSpec,
+    SubscriptionState,
+    TargetKind,
+)
+from meshplane.model.resource import Resource
+
+
+@dataclass(frozen=True)
+class Grant:
+    """An active subscription: `application` (a name in the API's project) may call the API on `plan`."""
+
+    application: str
+    plan: str
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    project: str
+    id: str
+    application: str
+    sha256: bytes
+    expires: float | None
+    revoked: bool
+
+    def usable(self, now: float) -> bool:
+        return not self.revoked and (self.expires is None or self.expires > now)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits that apply to one API: its own, per operation, and per application for a plan."""
+
+    api: list[RateLimit] = field(default_factory=list)
+    operations: dict[tuple[str, str], list[RateLimit]] = field(default_factory=dict)
+    applications: dict[str, RateLimit] = field(default_factory=dict)
+
+
+@dataclass
+class Catalog:
+    applications: set[tuple[str, str]] = field(default_factory=set)
+    subscriptions: dict[tuple[str, str], list[Grant]] = field(default_factory=dict)
+    """(project, api) -> active grants to applications this cluster holds."""
+    all_subscriptions: list[tuple[str, str, SubscriptionSpec]] = field(default_factory=list)
+    """(project, name, spec) of every subscription, active or blocked."""
+    policies: list[tuple[str, str, RateLimitPolicySpec]] = field(default_factory=list)
+    keys: list[KeyRecord] = field(default_factory=list)
+    key_set: KeySetSpec | None = None
+
+    @classmethod
+    def of(cls, resources: Iterable[Resource]) -> Catalog:
+        catalog = cls()
+        subscriptions = []
+        for resource in sorted(resources, key=lambda r: (r.kind, r.metadata.project or "", r.metadata.name)):
+            project, name, spec = resource.metadata.project or "", resource.metadata.name, resource.spec
+            if resource.kind == "Application":
+                catalog.applications.add((project, name))
+            elif isinstance(spec, SubscriptionSpec):
+                subscriptions.append((project, name, spec))
+            elif isinstance(spec, RateLimitPolicySpec):
+                catalog.policies.append((project, name, spec))
+            elif isinstance(spec, ApplicationKeySpec):
+                catalog.keys.append(_key_record(project, name, spec))
+            elif isinstance(spec, KeySetSpec):
+                catalog.key_set = spec
+        grants: dict[tuple[str, str], list[Grant]] = defaultdict(list)
+        for project, _, spec in subscriptions:
+            if spec.state is SubscriptionState.ACTIVE and (project, spec.application) in catalog.applications:
+                grants[(project, spec.api)].append(Grant(spec.application, spec.plan))
+        catalog.subscriptions = dict(grants)
+        catalog.all_subscriptions = subscriptions
+        return catalog
+
+    def grants(self, project: str, api: str) -> list[Grant]:
+        return self.subscriptions.get((project, api), [])
+
+    def jwks(self) -> str | None:
+        """The key set as Envoy's jwt_authn takes it inline; None when there is no key to check against."""
+        if self.key_set is None or not self.key_set.keys:
+            return None
+        return json.dumps({"keys": self.key_set.keys}, sort_keys=True, separators=(",", ":"))
+
+    def refused_key_ids(self, now: float) -> list[str]:
+        """Signed keys that must stop working although their signature is good: revoked, or past the end
+        their record sets (a rotation's overlap)."""
+        return sorted(key.id for key in self.keys if not key.usable(now))
+
+    def next_expiry(self, now: float) -> float | None:
+        """When the next key record runs out, so the gateways can be told then."""
+        ends = [key.expires for key in self.keys if not key.revoked and key.expires and key.expires > now]
+        return min(ends) if ends else None
+
+    def limits(self, project: str, api: str) -> Limits:
+        limits = Limits()
+        plans: dict[str, RateLimit] = {}
+        for policy_project, _, spec in self.policies:
+            if policy_project != project:
+                continue
+            target = spec.target
+            if target.kind is TargetKind.API and target.name == api:
+                limits.api.append(spec.limit())
+            elif target.kind is TargetKind.OPERATION and target.name == api and target.operation is not None:
+                op = (target.operation.method.upper(), target.operation.path)
+                limits.operations.setdefault(op, []).append(spec.limit())
+            elif target.kind is TargetKind.SUBSCRIPTION_PLAN and target.api in (None, api):
+                plans.setdefault(target.name, spec.limit())
+        for grant in self.grants(project, api):
+            if grant.plan in plans:
+                limits.applications[grant.application] = plans[grant.plan]
+        return limits
+
+
+def _key_record(project: str, name: str, spec: ApplicationKeySpec) -> KeyRecord:
+    expires = datetime.fromisoformat(spec.expires.replace("Z", "+00:00")).timestamp() if spec.expires else None
+    return KeyRecord(project, name, spec.application, bytes.fromhex(spec.sha256), expires, spec.revoked)

@@ -1,0 +1,256 @@
+"""Rate limits compiled for the gateway: local ones into Envoy's local_ratelimit, global ones into the
+ratelimit filter and the rate limiter's RateLimitConfig.
+
+Each route lists the descriptors its requests produce (stage 0 for the global filter, stage 1 for the
+local one): `api`, `api + operation`, `api + application` (the caller, from its verified key). One filter
+per scope holds every bucket, so an API's limit is shared by all of its routes. Several limits on the
+same thing and scope keep the strictest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
+from envoy.config.ratelimit.v3 import rls_pb2 as rls_config_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2 as common_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.extensions.filters.http.ratelimit.v3 import rate_limit_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.type.metadata.v3 import metadata_pb2
+from envoy.type.v3 import percent_pb2, token_bucket_pb2
+from google.protobuf import duration_pb2, wrappers_pb2
+
+from meshplane.agent.translate.access import EXT_AUTHZ, JWT, KEY_PAYLOAD, service_cluster
+from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.common import duration, packed
+from meshplane.agent.translate.config import GatewaySettings
+from meshplane.dataplane import DESCRIPTOR_API, DESCRIPTOR_APPLICATION, DESCRIPTOR_OPERATION, RATELIMIT_DOMAIN
+from meshplane.model.access import KeyMode, LimitScope, RateLimit, RateUnit
+from meshplane.model.kinds import Operation
+from meshplane.proto.v1 import rls_conf_pb2
+
+LOCAL_RATELIMIT = "envoy.filters.http.local_ratelimit"
+GLOBAL_RATELIMIT = "envoy.filters.http.ratelimit"
+RATELIMITER_CLUSTER = "meshplane.ratelimiter"
+GLOBAL_STAGE, LOCAL_STAGE = 0, 1
+UNLIMITED_TOKENS = 4_000_000_000
+_UNITS = {
+    RateUnit.SECOND: rls_conf_pb2.SECOND,
+    RateUnit.MINUTE: rls_conf_pb2.MINUTE,
+    RateUnit.HOUR: rls_conf_pb2.HOUR,
+    RateUnit.DAY: rls_conf_pb2.DAY,
+}
+
+
+def strictest(limits: list[RateLimit]) -> RateLimit | None:
+    return min(limits, key=lambda limit: limit.requests_per_unit / limit.unit.seconds, default=None)
+
+
+@dataclass
+class ApiLimits:
+    """One API's limits of one scope."""
+
+    api: RateLimit | None = None
+    operations: dict[tuple[str, str], RateLimit] = field(default_factory=dict)
+    applications: dict[str, RateLimit] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.api is not None or bool(self.operations) or bool(self.applications)
+
+
+@dataclass
+class LimitPlan:
+    settings: GatewaySettings
+    local: dict[tuple[str, str], ApiLimits] = field(default_factory=dict)
+    shared: dict[tuple[str, str], ApiLimits] = field(default_factory=dict)
+    identity: dict[tuple[str, str], tuple[str, list[str]]] = field(default_factory=dict)
+    """Where each API's caller is named in dynamic metadata: (filter namespace, path)."""
+
+    @classmethod
+    def of(cls, apis: list[Api], settings: GatewaySettings, catalog: Catalog) -> LimitPlan:
+        plan = cls(settings)
+        for api in apis:
+            plan._survey(api, catalog)
+        return plan
+
+    def _survey(self, api: Api, catalog: Catalog) -> None:
+        found = catalog.limits(api.project, api.name)
+        api_limits = [*found.api, *([api.spec.rate_limit] if api.spec.rate_limit else [])]
+        operations = {key: list(value) for key, value in found.operations.items()}
+        for op in api.spec.operations:
+            if op.rate_limit is not None:
+                operations.setdefault((op.method.value, op.path), []).append(op.rate_limit)
+        auth = api.spec.authentication
+        caller = None
+        if auth is not None and auth.api_key is not None:
+            caller = (
+                (EXT_AUTHZ, [DESCRIPTOR_APPLICATION])
+                if auth.api_key.mode is KeyMode.OPAQUE
+                else (JWT, [KEY_PAYLOAD, "sub"])
+            )
+            self.identity[api.key] = caller
+        for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
+            limits = ApiLimits(
+                api=strictest([limit for limit in api_limits if limit.scope is scope]),
+                operations={
+                    key: chosen
+                    for key, candidates in sorted(operations.items())
+                    if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
+                },
+                applications={
+                    f"{api.project}/{app}": limit
+                    for app, limit in sorted(found.applications.items())
+                    if limit.scope is scope and caller is not None
+                },
+            )
+            if limits:
+                into[api.key] = limits
+
+    @property
+    def enforces_global(self) -> bool:
+        """Global limits need the rate limiter; without one they are left out (fail open, as Envoy would)."""
+        return bool(self.shared) and self.settings.ratelimiter_address is not None
+
+    def filters(self) -> list[hcm_pb2.HttpFilter]:
+        filters = []
+        if self.local:
+            filters.append(hcm_pb2.HttpFilter(name=LOCAL_RATELIMIT, typed_config=packed(self._local_filter())))
+        if self.enforces_global:
+            filters.append(hcm_pb2.HttpFilter(name=GLOBAL_RATELIMIT, typed_config=packed(self._global_filter())))
+        return filters
+
+    def clusters(self) -> list[cluster_pb2.Cluster]:
+        if not self.enforces_global:
+            return []
+        assert self.settings.ratelimiter_address is not None
+        return [service_cluster(RATELIMITER_CLUSTER, self.settings.ratelimiter_address)]
+
+    def _local_filter(self) -> local_rate_limit_pb2.LocalRateLimit:
+        descriptors = []
+        for (project, name), limits in sorted(self.local.items()):
+            api = _entry(DESCRIPTOR_API, f"{project}/{name}")
+            if limits.api is not None:
+                descriptors.append(_local_descriptor([api], limits.api))
+            for (method, path), limit in limits.operations.items():
+                descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_OPERATION, f"{method} {path}")], limit))
+            for app, limit in limits.applications.items():
+                descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_APPLICATION, app)], limit))
+        return local_rate_limit_pb2.LocalRateLimit(
+            stat_prefix="local_rate_limit",
+            token_bucket=_bucket(UNLIMITED_TOKENS, 1),
+            filter_enabled=_always("local_rate_limit_enabled"),
+            filter_enforced=_always("local_rate_limit_enforced"),
+            descriptors=descriptors,
+            stage=LOCAL_STAGE,
+            always_consume_default_token_bucket=wrappers_pb2.BoolValue(value=False),
+            enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
+        )
+
+    def _global_filter(self) -> rate_limit_pb2.RateLimit:
+        return rate_limit_pb2.RateLimit(
+            domain=RATELIMIT_DOMAIN,
+            stage=GLOBAL_STAGE,
+            timeout=duration("0.1s"),
+            failure_mode_deny=self.settings.ratelimiter_fail_closed,
+            enable_x_ratelimit_headers=rate_limit_pb2.RateLimit.DRAFT_VERSION_03,
+            rate_limit_service=rls_config_pb2.RateLimitServiceConfig(
+                grpc_service=grpc_service_pb2.GrpcService(
+                    envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=RATELIMITER_CLUSTER)
+                ),
+                transport_api_version=config_source_pb2.ApiVersion.V3,
+            ),
+        )
+
+    def decorate(self, api: Api, op: Operation | None, action: route_components_pb2.RouteAction) -> None:
+        """The descriptors a route's requests produce, for each scope that limits its API."""
+        scopes = [(LOCAL_STAGE, self.local.get(api.key))]
+        if self.enforces_global:
+            scopes.append((GLOBAL_STAGE, self.shared.get(api.key)))
+        for stage, limits in scopes:
+            if not limits:
+                continue
+            name = _generic(DESCRIPTOR_API, f"{api.project}/{api.name}")
+            if limits.api is not None:
+                action.rate_limits.append(
+                    route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name])
+                )
+            if op is not None and (op.method.value, op.path) in limits.operations:
+                what = _generic(DESCRIPTOR_OPERATION, f"{op.method.value} {op.path}")
+                action.rate_limits.append(
+                    route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, what])
+                )
+            if limits.applications:
+                namespace, path = self.identity[api.key]
+                caller = route_components_pb2.RateLimit.Action(
+                    metadata=route_components_pb2.RateLimit.Action.MetaData(
+                        descriptor_key=DESCRIPTOR_APPLICATION,
+                        metadata_key=metadata_pb2.MetadataKey(
+                            key=namespace, path=[metadata_pb2.MetadataKey.PathSegment(key=key) for key in path]
+                        ),
+                        source=route_components_pb2.RateLimit.Action.MetaData.DYNAMIC,
+                    )
+                )
+                action.rate_limits.append(
+                    route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, caller])
+                )
+
+    def ratelimit_config(self) -> rls_conf_pb2.RateLimitConfig:
+        """Every global limit of this cluster, for the rate limiter (one domain, one tree)."""
+        descriptors = []
+        for (project, name), limits in sorted(self.shared.items()):
+            node = rls_conf_pb2.RateLimitDescriptor(key=DESCRIPTOR_API, value=f"{project}/{name}")
+            if limits.api is not None:
+                node.rate_limit.CopyFrom(_policy(limits.api))
+            for (method, path), limit in limits.operations.items():
+                node.descriptors.append(
+                    rls_conf_pb2.RateLimitDescriptor(
+                        key=DESCRIPTOR_OPERATION, value=f"{method} {path}", rate_limit=_policy(limit)
+                    )
+                )
+            for app, limit in limits.applications.items():
+                node.descriptors.append(
+                    rls_conf_pb2.RateLimitDescriptor(key=DESCRIPTOR_APPLICATION, value=app, rate_limit=_policy(limit))
+                )
+            descriptors.append(node)
+        return rls_conf_pb2.RateLimitConfig(name=RATELIMIT_DOMAIN, domain=RATELIMIT_DOMAIN, descriptors=descriptors)
+
+
+def _entry(key: str, value: str) -> common_pb2.RateLimitDescriptor.Entry:
+    return common_pb2.RateLimitDescriptor.Entry(key=key, value=value)
+
+
+def _generic(key: str, value: str) -> route_components_pb2.RateLimit.Action:
+    return route_components_pb2.RateLimit.Action(
+        generic_key=route_components_pb2.RateLimit.Action.GenericKey(descriptor_key=key, descriptor_value=value)
+    )
+
+
+def _bucket(tokens: int, seconds: int) -> token_bucket_pb2.TokenBucket:
+    return token_bucket_pb2.TokenBucket(
+        max_tokens=tokens,
+        tokens_per_fill=wrappers_pb2.UInt32Value(value=tokens),
+        fill_interval=duration_pb2.Duration(seconds=seconds),
+    )
+
+
+def _local_descriptor(
+    entries: list[common_pb2.RateLimitDescriptor.Entry], limit: RateLimit
+) -> common_pb2.LocalRateLimitDescriptor:
+    return common_pb2.LocalRateLimitDescriptor(
+        entries=entries, token_bucket=_bucket(limit.requests_per_unit, limit.unit.seconds)
+    )
+
+
+def _always(runtime_key: str) -> base_pb2.RuntimeFractionalPercent:
+    return base_pb2.RuntimeFractionalPercent(
+        default_value=percent_pb2.FractionalPercent(numerator=100, denominator=percent_pb2.FractionalPercent.HUNDRED),
+        runtime_key=runtime_key,
+    )
+
+
+def _policy(limit: RateLimit) -> rls_conf_pb2.RateLimitPolicy:
+    return rls_conf_pb2.RateLimitPolicy(unit=_UNITS[limit.unit], requests_per_unit=limit.requests_per_unit)

@@ -1,0 +1,226 @@
+"""API management: how an API authenticates callers and limits them, and the consumer-side kinds
+(Application, Subscription, RateLimitPolicy) plus the server-written credential records."""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator, model_validator
+
+from meshplane.model.base import WireModel
+from meshplane.model.durations import Duration
+from meshplane.model.meta import Name
+
+_HEADER = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
+_SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")
+_ORIGIN = re.compile(r"^(\*|https?://(\*\.)?[a-z0-9.-]+(:\d{1,5})?)$")
+_RESERVED_HEADERS = ("x-meshplane-", ":")
+
+
+def _check_header(value: str) -> str:
+    value = value.lower()
+    if not _HEADER.match(value) or value.startswith(_RESERVED_HEADERS):
+        raise ValueError(f"{value!r} is not a header name this gateway lets callers use")
+    return value
+
+
+def _check_scope(value: str) -> str:
+    if not _SCOPE.match(value):
+        raise ValueError(f"{value!r} is not an OAuth scope (printable, no spaces or quotes)")
+    return value
+
+
+def _check_origin(value: str) -> str:
+    if not _ORIGIN.match(value):
+        raise ValueError(f"{value!r} is not '*' or an origin such as https://app.example.com")
+    return value
+
+
+HeaderName = Annotated[str, AfterValidator(_check_header)]
+Scope = Annotated[str, AfterValidator(_check_scope)]
+Origin = Annotated[str, AfterValidator(_check_origin)]
+
+
+class RateUnit(StrEnum):
+    SECOND = "second"
+    MINUTE = "minute"
+    HOUR = "hour"
+    DAY = "day"
+
+    @property
+    def seconds(self) -> int:
+        return {"second": 1, "minute": 60, "hour": 3600, "day": 86400}[self.value]
+
+
+class LimitScope(StrEnum):
+    LOCAL = "local"
+    """Each gateway counts on its own (Envoy's local_ratelimit): no service on the request path."""
+    GLOBAL = "global"
+    """Every gateway shares one count, kept by the rate limiter."""
+
+
+class RateLimit(WireModel):
+    requests_per_unit: int = Field(ge=1, le=1_000_000_000)
+    unit: RateUnit
+    scope: LimitScope = LimitScope.LOCAL
+
+
+class KeyMode(StrEnum):
+    SIGNED = "signed"
+    """Keys the control plane signs; every gateway checks them natively (jwt_authn + RBAC)."""
+    OPAQUE = "opaque"
+    """Keys checked by the enforcer against digests (for keys that are not ours to sign)."""
+
+
+class ApiKeyAuth(WireModel):
+    """Where a caller's API key travels: a header, or a query parameter, or either."""
+
+    header: HeaderName | None = None
+    query: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._~-]+$")
+    mode: KeyMode = KeyMode.SIGNED
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> ApiKeyAuth:
+        if self.header is None and self.query is None:
+            object.__setattr__(self, "header", "x-api-key")
+        return self
+
+
+class JwtAuth(WireModel):
+    """User tokens (bearer JWTs) from an identity provider, checked natively by the gateway."""
+
+    issuer: str = Field(min_length=1)
+    audiences: list[str] = Field(default_factory=list)
+    jwks: str | None = None
+    """The provider's JSON Web Key Set, inline."""
+    jwks_uri: AnyHttpUrl | None = None
+    """Or where to fetch it from; the gateway caches it."""
+    header: HeaderName = "authorization"
+    """The header carrying `Bearer <token>`."""
+    scopes_claim: str = Field(default="scope", min_length=1)
+    """Claim holding the token's scopes: a space-separated string or a list."""
+
+    @field_validator("jwks")
+    @classmethod
+    def _key_set(cls, text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            keys = json.loads(text).get("keys")
+        except (ValueError, AttributeError):
+            keys = None
+        if not isinstance(keys, list) or not keys:
+            raise ValueError('must be a JSON Web Key Set: {"keys": [...]}')
+        return text
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JwtAuth:
+        if (self.jwks is None) == (self.jwks_uri is None):
+            raise ValueError("give exactly one of jwks (inline) and jwksUri")
+        return self
+
+
+class Authentication(WireModel):
+    """Absent: anyone may call. Exactly one of apiKey (applications) and jwt (users)."""
+
+    api_key: ApiKeyAuth | None = None
+    jwt: JwtAuth | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Authentication:
+        if (self.api_key is None) == (self.jwt is None):
+            raise ValueError("give exactly one of apiKey and jwt")
+        return self
+
+
+class Cors(WireModel):
+    """Which browser origins may call the API; preflights are answered at the gateway."""
+
+    allow_origins: list[Origin] = Field(min_length=1)
+    allow_methods: list[str] = Field(default_factory=list)
+    allow_headers: list[HeaderName] = Field(default_factory=list)
+    expose_headers: list[HeaderName] = Field(default_factory=list)
+    max_age: Duration | None = None
+    allow_credentials: bool = False
+
+
+class ApplicationSpec(WireModel):
+    """A consumer of APIs. Its keys are made with POST .../applications/{name}/keys, never written here."""
+
+    description: str = ""
+    owner: str | None = None
+
+
+class SubscriptionState(StrEnum):
+    ACTIVE = "active"
+    BLOCKED = "blocked"
+
+
+class SubscriptionSpec(WireModel):
+    application: Name
+    api: Name
+    plan: Name = "default"
+    state: SubscriptionState = SubscriptionState.ACTIVE
+
+
+class TargetKind(StrEnum):
+    API = "API"
+    OPERATION = "Operation"
+    SUBSCRIPTION_PLAN = "SubscriptionPlan"
+
+
+class OperationRef(WireModel):
+    method: str
+    path: str
+
+
+class PolicyTarget(WireModel):
+    """An API (name), one operation of an API (name + operation), or a plan (name), optionally on one API."""
+
+    kind: TargetKind
+    name: Name
+    operation: OperationRef | None = None
+    api: Name | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> PolicyTarget:
+        if (self.kind is TargetKind.OPERATION) != (self.operation is not None):
+            raise ValueError("operation is given exactly when kind is Operation")
+        if self.api is not None and self.kind is not TargetKind.SUBSCRIPTION_PLAN:
+            raise ValueError("api narrows a SubscriptionPlan target; for API and Operation targets use name")
+        return self
+
+
+class RateLimitPolicySpec(WireModel):
+    """Requests per unit for an API, an operation or each subscription of a plan (per application)."""
+
+    target: PolicyTarget
+    requests_per_unit: int = Field(ge=1, le=1_000_000_000)
+    unit: RateUnit
+    scope: LimitScope = LimitScope.GLOBAL
+
+    def limit(self) -> RateLimit:
+        return RateLimit(requests_per_unit=self.requests_per_unit, unit=self.unit, scope=self.scope)
+
+
+class ApplicationKeySpec(WireModel):
+    """What the server keeps of one API key: enough to check and revoke it, never enough to rebuild it."""
+
+    application: Name
+    created: str
+    expires: str | None = None
+    revoked: bool = False
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Digest of the key as callers send it, for the enforcer's opaque-key lookups."""
+    signing_key_id: str | None = None
+    """The signing key it was issued under; None for an imported opaque key."""
+
+
+class KeySetSpec(WireModel):
+    """The public keys that API keys are signed with (a JWKS); every gateway receives it."""
+
+    issuer: str
+    keys: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,0 +1,108 @@
+"""Write-time checks for API management kinds that need the store.
+
+What a Subscription or RateLimitPolicy names must exist (422 with the field path); an application
+subscribes to an API once (409); an API whose routes would meet another's at a gateway is refused
+(409, see api_conflicts).
+"""
+
+from __future__ import annotations
+
+from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
+from meshplane.model.kinds import APISpec
+from meshplane.model.meta import Placement
+from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.server.api_conflicts import first_clash
+from meshplane.server.placement import placed_clusters
+from meshplane.server.problems import Problem
+from meshplane.store.errors import NotFound
+from meshplane.store.records import StoredObject
+from meshplane.store.store import Store
+
+
+async def check_access(store: Store, resource: Resource) -> None:
+    spec = resource.spec
+    project = resource.metadata.project or ""
+    if isinstance(spec, APISpec):
+        await _check_api_routes(store, resource, spec)
+    elif isinstance(spec, SubscriptionSpec):
+        await _check_subscription(store, project, resource.metadata.name, spec)
+    elif isinstance(spec, RateLimitPolicySpec):
+        await _check_target(store, project, spec.target)
+
+
+async def _stored_api(store: Store, project: str, name: str) -> StoredObject | None:
+    try:
+        return await store.get("API", project, name)
+    except NotFound:
+        return None
+
+
+async def _check_subscription(store: Store, project: str, name: str, spec: SubscriptionSpec) -> None:
+    errors = []
+    try:
+        await store.get("Application", project, spec.application)
+    except NotFound:
+        errors.append(_missing("spec.application", "Application", spec.application, project))
+    if await _stored_api(store, project, spec.api) is None:
+        errors.append(_missing("spec.api", "API", spec.api, project))
+    if errors:
+        raise InvalidObject(errors)
+    for other in (await store.list("Subscription", project))[0]:
+        if other.name != name and (other.spec["application"], other.spec["api"]) == (spec.application, spec.api):
+            raise Problem(
+                409, f"application {spec.application} is already subscribed to API {spec.api} by {other.name}"
+            )
+
+
+async def _check_target(store: Store, project: str, target: PolicyTarget) -> None:
+    api_name = target.api if target.kind is TargetKind.SUBSCRIPTION_PLAN else target.name
+    if api_name is None:
+        return
+    path = "spec.target.api" if target.kind is TargetKind.SUBSCRIPTION_PLAN else "spec.target.name"
+    stored = await _stored_api(store, project, api_name)
+    if stored is None:
+        raise InvalidObject([_missing(path, "API", api_name, project)])
+    if target.operation is not None:
+        api = APISpec.model_validate(stored.spec)
+        wanted = (target.operation.method.upper(), target.operation.path)
+        if not any((op.method.value, op.path) == wanted for op in api.operations):
+            message = f"API {api_name} declares no operation {wanted[0]} {wanted[1]}"
+            raise InvalidObject([FieldError(path="spec.target.operation", message=message)])
+
+
+async def _check_api_routes(store: Store, resource: Resource, spec: APISpec) -> None:
+    me = (resource.metadata.project or "", resource.metadata.name)
+    clusters = {c.name: c.labels for c in (await store.list("Cluster"))[0]}
+    mine = placed_clusters(spec.placement, clusters)
+    others = []
+    for stored in (await store.list("API"))[0]:
+        if (stored.project, stored.name) == me:
+            continue
+        other = APISpec.model_validate(stored.spec)
+        if _meet(spec.placement, mine, other.placement, clusters):
+            others.append((f"{stored.project}/{stored.name}", other))
+    found = first_clash(spec, others)
+    if found is not None:
+        name, where = found
+        raise Problem(409, f"API {name} already answers {where} on a shared hostname; its routes would shadow these")
+
+
+def _meet(a: Placement, placed_a: frozenset[str], b: Placement, clusters: dict[str, dict[str, str]]) -> bool:
+    """Two APIs meet on a gateway if some cluster takes both, or (no cluster yet) they ask for the same ones."""
+    return a == b or bool(placed_a & placed_clusters(b, clusters))
+
+
+def _missing(path: str, kind: str, name: str, project: str) -> FieldError:
+    return FieldError(path=path, message=f"{kind} {name!r} does not exist in project {project!r}")
+
+
+async def delete_dependents(store: Store, kind: str, project: str, name: str) -> None:
+    """An application's key records go with it: nothing could use them, and nothing may revive them."""
+    if kind != "Application":
+        return
+    records, _ = await store.list("ApplicationKey", project, where=lambda o: o.spec["application"] == name)
+    for record in records:
+        try:
+            await store.delete("ApplicationKey", project, record.name)
+        except NotFound:
+            continue

@@ -1,0 +1,195 @@
+"""API keys of applications: issued once, kept as digests, revoked and rotated.
+
+An issued key is a compact token signed by the server (ES256, `kid` in its header) naming its
+application, so every gateway can check it natively against the public key set. The server keeps an
+ApplicationKey record per key (its SHA-256 digest, dates, revocation), never the key. The digest also
+serves the enforcer, which checks opaque keys imported from elsewhere the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path
+from pydantic import Field
+
+from meshplane.model.base import WireModel
+from meshplane.model.durations import Duration, duration_seconds
+from meshplane.model.registry import REGISTRY
+from meshplane.server.objects import ObjectService
+from meshplane.server.problems import Problem
+from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
+from meshplane.store.errors import NotFound
+from meshplane.store.records import StoredObject
+from meshplane.store.store import Store
+
+KEY_KIND = "ApplicationKey"
+Project = Annotated[str, Path(description="The project (tenant)")]
+Application = Annotated[str, Path(description="The application")]
+DEFAULT_OVERLAP = "24h"
+
+
+class NewKey(WireModel):
+    expires_in: Duration | None = None
+    """How long the key works; absent: until revoked."""
+    key: str | None = Field(default=None, min_length=24, max_length=4096)
+    """Import an opaque key issued elsewhere (checked by the enforcer); absent: the server issues one."""
+
+
+class Rotation(WireModel):
+    overlap: Duration = DEFAULT_OVERLAP
+    """How long the replaced key keeps working beside the new one."""
+    expires_in: Duration | None = None
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def key_view(record: StoredObject) -> dict[str, Any]:
+    """What anyone may see of a key: never its digest."""
+    spec = record.spec
+    view = {"id": record.name, "application": spec["application"], "created": spec["created"]}
+    view["expires"] = spec.get("expires")
+    view["revoked"] = spec.get("revoked", False)
+    view["kind"] = "signed" if spec.get("signingKeyId") else "opaque"
+    return view
+
+
+class Credentials:
+    def __init__(self, store: Store, objects: ObjectService, signing: SigningKeys):
+        self.store = store
+        self.objects = objects
+        self.signing = signing
+
+    async def issue(self, project: str, application: str, request: NewKey) -> dict[str, Any]:
+        await self.objects.get(REGISTRY.get("Application"), project, application)
+        now = datetime.now(UTC).replace(microsecond=0)
+        expires = now + timedelta(seconds=duration_seconds(request.expires_in)) if request.expires_in else None
+        key_id = f"k-{secrets.token_hex(8)}"
+        signer = None
+        if request.key is not None:
+            key = request.key
+        else:
+            signer = self.signing.current()
+            claims: dict[str, Any] = {
+                "iss": ISSUER,
+                "sub": f"{project}/{application}",
+                "app": application,
+                "project": project,
+                "jti": key_id,
+                "iat": int(now.timestamp()),
+            }
+            if expires is not None:
+                claims["exp"] = int(expires.timestamp())
+            key = signer.sign(claims)
+        spec: dict[str, Any] = {
+            "application": application,
+            "created": _iso(now),
+            "revoked": False,
+            "sha256": digest(key),
+        }
+        if expires is not None:
+            spec["expires"] = _iso(expires)
+        if signer is not None:
+            spec["signingKeyId"] = signer.kid
+        record = await self.store.create(KEY_KIND, project, key_id, spec=spec)
+        return {**key_view(record), "key": key}
+
+    async def list(self, project: str, application: str) -> list[dict[str, Any]]:
+        await self.objects.get(REGISTRY.get("Application"), project, application)
+        records, _ = await self.store.list(KEY_KIND, project, where=lambda o: o.spec["application"] == application)
+        return [key_view(record) for record in records]
+
+    async def _record(self, project: str, application: str, key_id: str) -> StoredObject:
+        try:
+            record = await self.store.get(KEY_KIND, project, key_id)
+        except NotFound:
+            record = None
+        if record is None or record.spec["application"] != application:
+            raise Problem(404, f"application {application!r} has no key {key_id!r} in project {project!r}")
+        return record
+
+    async def revoke(self, project: str, application: str, key_id: str) -> dict[str, Any]:
+        record = await self._record(project, application, key_id)
+        if record.spec.get("revoked"):
+            return key_view(record)
+        updated, _ = await self.store.put(
+            KEY_KIND, project, key_id, spec={**record.spec, "revoked": True}, expected_revision=record.revision
+        )
+        return key_view(updated)
+
+    async def rotate(self, project: str, application: str, key_id: str, rotation: Rotation) -> dict[str, Any]:
+        """A new key like the old one; the old one keeps working for `overlap`, then stops."""
+        record = await self._record(project, application, key_id)
+        if record.spec.get("revoked"):
+            raise Problem(409, f"key {key_id} is revoked; issue a new key instead")
+        if not record.spec.get("signingKeyId"):
+            raise Problem(409, f"key {key_id} was imported; import its replacement instead")
+        fresh = await self.issue(project, application, NewKey(expires_in=rotation.expires_in))
+        ends = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=duration_seconds(rotation.overlap))
+        if record.spec.get("expires"):
+            ends = min(ends, _parse(record.spec["expires"]))
+        old, _ = await self.store.put(
+            KEY_KIND, project, key_id, spec={**record.spec, "expires": _iso(ends)}, expected_revision=record.revision
+        )
+        return {**fresh, "replaces": key_view(old)}
+
+    async def rotate_signing_key(self) -> dict[str, Any]:
+        key = self.signing.rotate()
+        await publish_key_set(self.store, self.signing)
+        return {"kid": key.kid}
+
+    async def retire_signing_key(self, kid: str) -> dict[str, Any]:
+        try:
+            self.signing.retire(kid)
+        except KeyError:
+            raise Problem(404, f"this server holds no signing key {kid!r}") from None
+        except ValueError as exc:
+            raise Problem(409, str(exc)) from None
+        await publish_key_set(self.store, self.signing)
+        return {"kid": kid, "retired": True}
+
+
+def credentials_router(credentials: Credentials) -> APIRouter:
+    router = APIRouter(tags=["Credentials"])
+    base = "/v1/projects/{project}/applications/{application}/keys"
+
+    @router.post(base, status_code=201, summary="Issue (or import) an API key; the key is shown only here")
+    async def issue(project: Project, application: Application, body: Annotated[NewKey | None, Body()] = None) -> Any:
+        return await credentials.issue(project, application, body or NewKey())
+
+    @router.get(base, summary="List an application's keys (never the keys themselves)")
+    async def list_keys(project: Project, application: Application) -> Any:
+        return {"items": await credentials.list(project, application)}
+
+    @router.delete(f"{base}/{{key_id}}", summary="Revoke a key: every gateway refuses it after the next push")
+    async def revoke(project: Project, application: Application, key_id: str) -> Any:
+        return await credentials.revoke(project, application, key_id)
+
+    @router.post(f"{base}/{{key_id}}/rotate", status_code=201, summary="Replace a key, with an overlap window")
+    async def rotate(
+        project: Project, application: Application, key_id: str, body: Annotated[Rotation | None, Body()] = None
+    ) -> Any:
+        return await credentials.rotate(project, application, key_id, body or Rotation())
+
+    @router.post("/v1/signing-keys/rotate", status_code=201, summary="Sign new API keys with a new key")
+    async def rotate_signing() -> Any:
+        return await credentials.rotate_signing_key()
+
+    @router.delete("/v1/signing-keys/{kid}", summary="Retire a signing key: keys it signed stop working")
+    async def retire_signing(kid: str) -> Any:
+        return await credentials.retire_signing_key(kid)
+
+    return router
