@@ -152,6 +152,18 @@ def agent(
     kubeconfig: Annotated[
         Path | None, typer.Option(help="apply delivered objects to this cluster's Kubernetes")
     ] = None,
+    enforcer_address: Annotated[
+        str | None, typer.Option(help="enforcer for opaque API keys, e.g. 127.0.0.1:18081 [none]")
+    ] = None,
+    ratelimiter_address: Annotated[
+        str | None, typer.Option(help="rate limiter for global limits, e.g. 127.0.0.1:18082 [none]")
+    ] = None,
+    enforcer_failure_mode: Annotated[
+        str | None, typer.Option(help="enforcer unreachable: closed (503) or open [closed]")
+    ] = None,
+    ratelimiter_failure_mode: Annotated[
+        str | None, typer.Option(help="rate limiter unreachable: open or closed [open]")
+    ] = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
@@ -176,6 +188,10 @@ def agent(
         tls_ca=tls_ca,
         tls_server_name=tls_server_name,
         kubeconfig=kubeconfig,
+        enforcer_address=enforcer_address,
+        ratelimiter_address=ratelimiter_address,
+        enforcer_failure_mode=enforcer_failure_mode,
+        ratelimiter_failure_mode=ratelimiter_failure_mode,
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)
@@ -215,6 +231,62 @@ def agent_config_dump(
         raise typer.BadParameter("must be json or yaml", param_hint="--output")
     with user_errors():
         sys.stdout.write(render_dump(fetch_config_dump(admin_address), output))
+
+
+@app.command()
+def enforcer(
+    config: ConfigOpt = None,
+    grpc_address: Annotated[str | None, typer.Option(help="ext_authz gRPC listen address [127.0.0.1:18081]")] = None,
+    xds_address: Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")] = None,
+    node_id: Annotated[str | None, typer.Option(help="xDS node id; enforcer-HOSTNAME-PID when absent")] = None,
+    metrics_address: Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")] = None,
+    log_format: LogFormatOpt = None,
+) -> None:
+    """Run the ext_authz service that checks opaque API keys for the gateways, fed by the agent."""
+    from meshplane.enforcer.process import run_enforcer
+    from meshplane.enforcer.settings import EnforcerSettings
+
+    settings = _load_settings(
+        EnforcerSettings,
+        config,
+        grpc_address=grpc_address,
+        xds_address=xds_address,
+        node_id=node_id,
+        metrics_address=metrics_address,
+        log_format=log_format,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    run_until_signalled(lambda stop: run_enforcer(settings, stop))
+
+
+@app.command()
+def ratelimiter(
+    config: ConfigOpt = None,
+    grpc_address: Annotated[str | None, typer.Option(help="RateLimitService gRPC address [127.0.0.1:18082]")] = None,
+    xds_address: Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(help="count in Redis, shared by replicas: redis://host:port/db; in memory when absent")
+    ] = None,
+    node_id: Annotated[str | None, typer.Option(help="xDS node id; ratelimiter-HOSTNAME-PID when absent")] = None,
+    metrics_address: Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")] = None,
+    log_format: LogFormatOpt = None,
+) -> None:
+    """Run the global rate-limit service the gateways call, its limits fed by the agent."""
+    from meshplane.ratelimiter.main import run_ratelimiter
+    from meshplane.ratelimiter.settings import RateLimiterSettings
+
+    settings = _load_settings(
+        RateLimiterSettings,
+        config,
+        grpc_address=grpc_address,
+        xds_address=xds_address,
+        redis_url=redis_url,
+        node_id=node_id,
+        metrics_address=metrics_address,
+        log_format=log_format,
+    )
+    configure_logging(settings.log_format, settings.log_level)
+    run_until_signalled(lambda stop: run_ratelimiter(settings, stop))
 
 
 @app.command()

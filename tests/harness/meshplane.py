@@ -164,3 +164,45 @@ def run_agent(
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
         process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")
         yield AgentProcess(process, cluster, xds_port, gateway_port, admin_port)
+
+
+@dataclass
+class ServiceProcess:
+    """An enforcer or a rate limiter: its process and the gRPC port gateways call."""
+
+    process: Process
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def _run_service(tmp_path: Path, name: str, argv: list[str], port: int) -> Iterator[ServiceProcess]:
+    with running(argv, tmp_path / f"{name}.log") as process:
+        process.wait_ready(lambda: port_open(port), 30.0, f"the {name}'s gRPC port")
+        yield ServiceProcess(process, port)
+
+
+@contextlib.contextmanager
+def run_enforcer(
+    tmp_path: Path, xds_port: int, name: str = "enforcer", port: int | None = None
+) -> Iterator[ServiceProcess]:
+    """`meshplane enforcer` fed by the agent whose xDS port is `xds_port`."""
+    port = port or free_port()
+    argv = [*MESHPLANE, "enforcer", "--grpc-address", f"127.0.0.1:{port}", "--xds-address", f"127.0.0.1:{xds_port}"]
+    with _run_service(tmp_path, name, argv, port) as service:
+        yield service
+
+
+@contextlib.contextmanager
+def run_ratelimiter(
+    tmp_path: Path, xds_port: int, redis_url: str | None = None, name: str = "ratelimiter", port: int | None = None
+) -> Iterator[ServiceProcess]:
+    """`meshplane ratelimiter` fed by the agent at `xds_port`, counting in Redis when `redis_url` is given."""
+    port = port or free_port()
+    argv = [*MESHPLANE, "ratelimiter", "--grpc-address", f"127.0.0.1:{port}", "--xds-address", f"127.0.0.1:{xds_port}"]
+    argv += ["--redis-url", redis_url] if redis_url else []
+    with _run_service(tmp_path, name, argv, port) as service:
+        yield service

@@ -76,7 +76,7 @@ def test_apply_creates_every_document_then_configures_them_on_reapply(tmp_path: 
 
 
 def test_apply_reads_standard_input(server: ServerProcess) -> None:
-    manifest = MANIFEST.replace("shop", "piped")
+    manifest = MANIFEST.replace("shop", "piped").replace("basePath: /orders", "basePath: /piped")
 
     result = meshplane("apply", "-f", "-", server=server.url, stdin=manifest)
 
@@ -88,6 +88,7 @@ def test_apply_reads_standard_input(server: ServerProcess) -> None:
 def test_apply_puts_objects_without_a_project_in_the_one_given(server: ServerProcess) -> None:
     _, api = yaml.safe_load_all(MANIFEST)
     del api["metadata"]["project"]
+    api["spec"]["basePath"] = "/unprojected"  # two APIs may not answer the same requests
 
     result = meshplane("apply", "-f", "-", "-p", "default", server=server.url, stdin=yaml.safe_dump(api))
 
@@ -111,6 +112,7 @@ def test_table_keeps_long_names_and_labels_whole_when_piped(server: ServerProces
         **yaml.safe_load(MANIFEST.split("---")[1]),
         "metadata": {"name": name, "project": "default", "labels": labels},
     }
+    doc["spec"]["basePath"] = "/long"
     assert httpx.put(f"{server.url}/v1/projects/default/apis/{name}", json=doc, timeout=10).is_success
 
     result = meshplane("get", "apis", "-p", "default", server=server.url)

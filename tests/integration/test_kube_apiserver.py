@@ -66,7 +66,9 @@ def namespace(kube_apiserver: KubeAPIServer) -> str:
 
 def test_every_delivered_kind_has_an_established_crd_with_the_generated_schema(kube_apiserver: KubeAPIServer):
     crds = custom_resource_definitions()
-    assert {crd["spec"]["names"]["kind"] for crd in crds} == {info.kind for info in REGISTRY.delivered()}
+    assert {crd["spec"]["names"]["kind"] for crd in crds} == {
+        info.kind for info in REGISTRY.delivered() if info.writable
+    }
 
     kube_apiserver.install_crds(crds)  # installing again (server-side apply) changes nothing
 
@@ -107,7 +109,7 @@ INVALID_CHANGES = [
     pytest.param(["spec", "backends"], [], "spec.backends", id="no-backends"),
     pytest.param(["spec", "operations", 0, "method"], "FETCH", "spec.operations[0].method", id="unknown-method"),
     pytest.param(["spec", "version"], "", "spec.version", id="empty-version"),
-    pytest.param(["spec", "cors"], {"allowOrigins": ["*"]}, 'unknown field "spec.cors"', id="unknown-field"),
+    pytest.param(["spec", "cross"], {"allowOrigins": ["*"]}, 'unknown field "spec.cross"', id="unknown-field"),
     pytest.param(["spec", "backends", 0, "hots"], "x", 'unknown field "spec.backends[0].hots"', id="typo-in-backend"),
     pytest.param(
         ["spec", "placement", "clusterSelector", "matchExpressions", 0, "operator"],

@@ -5,7 +5,8 @@ Filter chain, each filter present only when some API needs it:
   cors              answers preflights and decorates responses, per route
   jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route
   ext_authz         the enforcer, for opaque keys, enabled per route
-  rbac "revoked"    refuses keys revoked or rotated out (answered 401 by a local-reply mapper)
+  rbac "revoked"    refuses keys revoked or rotated out, from each virtual host's config (answered 401
+                    by a local-reply mapper)
   rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
@@ -58,6 +59,8 @@ USER_PAYLOAD = "user"
 REVOKED_POLICY = "revoked"
 SCOPES_POLICY = "scopes"
 SERVICE_TIMEOUT = "0.25s"
+KEY_CLOCK_SKEW = 5
+"""Seconds an API key's `exp` may be off by: the server and its gateways keep time with NTP."""
 
 
 def filter_config(config: object) -> object:
@@ -179,10 +182,8 @@ class AccessPlan:
             filters.append(hcm_pb2.HttpFilter(name=JWT, typed_config=packed(config)))
         if self.uses_enforcer:
             filters.append(self._ext_authz())
-        revoked = self.catalog.refused_key_ids(self.now)
-        if self.uses_rbac and revoked:
-            filters.append(_revoked_rbac(revoked))
         if self.uses_rbac:
+            filters.append(hcm_pb2.HttpFilter(name=REVOKED_RBAC, typed_config=packed(rbac_filter_pb2.RBAC())))
             filters.append(hcm_pb2.HttpFilter(name=RBAC, typed_config=packed(rbac_filter_pb2.RBAC())))
         return filters
 
@@ -200,7 +201,7 @@ class AccessPlan:
 
     def local_reply(self) -> hcm_pb2.LocalReplyConfig | None:
         """A revoked key is a bad credential (401), although the filter refusing it is an RBAC one (403)."""
-        if not (self.uses_rbac and self.catalog.refused_key_ids(self.now)):
+        if not self.uses_rbac:
             return None
         expression = f"response.code_details == 'rbac_access_denied_matched_policy[{REVOKED_POLICY}]'"
         matcher = accesslog_pb2.AccessLogFilter(
@@ -215,6 +216,13 @@ class AccessPlan:
             body=base_pb2.DataSource(inline_string="API key revoked\n"),
         )
         return hcm_pb2.LocalReplyConfig(mappers=[mapper])
+
+    def decorate_virtual_host(self, virtual_host: route_components_pb2.VirtualHost) -> None:
+        """Keys that must stop working, on every virtual host: route tables reach open connections at once,
+        where a listener change would wait for them to drain."""
+        revoked = self.catalog.refused_key_ids(self.now)
+        if self.uses_rbac and revoked:
+            virtual_host.typed_per_filter_config[REVOKED_RBAC].CopyFrom(packed(_revoked_rules(revoked)))
 
     def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         """Attach the API's checks to one of its routes, or make the route refuse when they cannot run."""
@@ -258,9 +266,12 @@ class AccessPlan:
         }
         return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rbac_pb2.RBAC(policies=policies)))
 
-    def preflight_route(self, api: Api, match: route_components_pb2.RouteMatch) -> route_components_pb2.Route | None:
+    def preflight_route(
+        self, api: Api, match: route_components_pb2.RouteMatch, action: route_components_pb2.RouteAction
+    ) -> route_components_pb2.Route | None:
         """A route for CORS preflights under the API's basePath, which no operation declares; the cors
-        filter answers them itself, before any credential is asked for."""
+        filter answers them itself, before any credential is asked for. (It acts only on routes that
+        forward, so the route carries the API's action; a preflight never reaches the backend.)"""
         if api.spec.cors is None:
             return None
         preflight = route_components_pb2.RouteMatch()
@@ -275,11 +286,7 @@ class AccessPlan:
                 route_components_pb2.HeaderMatcher(name="access-control-request-method", present_match=True),
             ]
         )
-        route = route_components_pb2.Route(
-            name=f"{api.project}/{api.name} preflight",
-            match=preflight,
-            direct_response=route_components_pb2.DirectResponseAction(status=403),
-        )
+        route = route_components_pb2.Route(name=f"{api.project}/{api.name} preflight", match=preflight, route=action)
         route.typed_per_filter_config[CORS].CopyFrom(packed(cors_policy(api.spec.cors)))
         return route
 
@@ -297,6 +304,7 @@ def cors_policy(cors: Cors) -> cors_pb2.CorsPolicy:
         allow_headers=",".join(cors.allow_headers),
         expose_headers=",".join(cors.expose_headers),
         allow_credentials=wrappers_pb2.BoolValue(value=cors.allow_credentials),
+        forward_not_matching_preflights=wrappers_pb2.BoolValue(value=False),
     )
     if cors.max_age is not None:
         policy.max_age = str(int(duration(cors.max_age).seconds))
@@ -312,13 +320,14 @@ def _strip_identity() -> hcm_pb2.HttpFilter:
     )
 
 
-def _revoked_rbac(key_ids: list[str]) -> hcm_pb2.HttpFilter:
+def _revoked_rules(key_ids: list[str]) -> rbac_filter_pb2.RBACPerRoute:
     """Every key id that must stop working, as one RE2 alternation: matching stays one pass however many."""
     matcher = jwt_metadata(KEY_PAYLOAD, "jti")
     matcher.value.string_match.safe_regex.regex = "^(" + "|".join(re.escape(key) for key in key_ids) + ")$"
-    policy = _anything_by([rbac_pb2.Principal(metadata=matcher)])
-    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: policy})
-    return hcm_pb2.HttpFilter(name=REVOKED_RBAC, typed_config=packed(rbac_filter_pb2.RBAC(rules=rules)))
+    rules = rbac_pb2.RBAC(
+        action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: _anything_by([rbac_pb2.Principal(metadata=matcher)])}
+    )
+    return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules))
 
 
 def _plan_header() -> object:
@@ -347,6 +356,7 @@ def _key_provider(auth: ApiKeyAuth, jwks: str) -> jwt_pb2.JwtProvider:
     """Signed API keys: checked against the fleet's public keys, never forwarded upstream."""
     provider = jwt_pb2.JwtProvider(
         issuer=KEY_ISSUER,
+        clock_skew_seconds=KEY_CLOCK_SKEW,
         local_jwks=base_pb2.DataSource(inline_string=jwks),
         forward=False,
         payload_in_metadata=KEY_PAYLOAD,

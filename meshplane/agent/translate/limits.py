@@ -37,7 +37,6 @@ LOCAL_RATELIMIT = "envoy.filters.http.local_ratelimit"
 GLOBAL_RATELIMIT = "envoy.filters.http.ratelimit"
 RATELIMITER_CLUSTER = "meshplane.ratelimiter"
 GLOBAL_STAGE, LOCAL_STAGE = 0, 1
-UNLIMITED_TOKENS = 4_000_000_000
 _UNITS = {
     RateUnit.SECOND: rls_conf_pb2.SECOND,
     RateUnit.MINUTE: rls_conf_pb2.MINUTE,
@@ -141,12 +140,10 @@ class LimitPlan:
                 descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_APPLICATION, app)], limit))
         return local_rate_limit_pb2.LocalRateLimit(
             stat_prefix="local_rate_limit",
-            token_bucket=_bucket(UNLIMITED_TOKENS, 1),
             filter_enabled=_always("local_rate_limit_enabled"),
             filter_enforced=_always("local_rate_limit_enforced"),
             descriptors=descriptors,
             stage=LOCAL_STAGE,
-            always_consume_default_token_bucket=wrappers_pb2.BoolValue(value=False),
             enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
         )
 

@@ -34,21 +34,30 @@ from meshplane.model.kinds import Backend, Operation
 _SortKey = tuple[object, ...]
 RouteHook = Callable[[Api, Operation | None, route_components_pb2.Route], None]
 """Adds an API's checks and limits to one of its routes."""
-PreflightHook = Callable[[Api, route_components_pb2.RouteMatch], route_components_pb2.Route | None]
-"""The CORS preflight route of an API (given its catch-all match), if it has one."""
+PreflightHook = Callable[
+    [Api, route_components_pb2.RouteMatch, route_components_pb2.RouteAction], route_components_pb2.Route | None
+]
+"""The CORS preflight route of an API (given its catch-all match and its action), if it has one."""
+VirtualHostHook = Callable[[route_components_pb2.VirtualHost], None]
+"""Adds what holds for every route of a virtual host."""
 
 
 def route_configuration(
-    name: str, apis: Sequence[Api], decorate: RouteHook | None = None, preflight: PreflightHook | None = None
+    name: str,
+    apis: Sequence[Api],
+    decorate: RouteHook | None = None,
+    preflight: PreflightHook | None = None,
+    virtual_host: VirtualHostHook | None = None,
 ) -> route_pb2.RouteConfiguration:
     """One virtual host per group of domains served by the same APIs; no APIs, no virtual hosts (all 404)."""
     routes = {api.key: _api_routes(api, decorate, preflight) for api in apis}
     virtual_hosts = []
     for domains, keys in group_domains({api.key: api.spec.hostnames for api in apis}):
         ordered = sorted((entry for key in keys for entry in routes[key]), key=lambda entry: entry[0])
-        virtual_hosts.append(
-            route_components_pb2.VirtualHost(name=domains[0], domains=domains, routes=[r for _, r in ordered])
-        )
+        host = route_components_pb2.VirtualHost(name=domains[0], domains=domains, routes=[r for _, r in ordered])
+        if virtual_host is not None:
+            virtual_host(host)
+        virtual_hosts.append(host)
     return route_pb2.RouteConfiguration(name=name, virtual_hosts=virtual_hosts)
 
 
@@ -65,7 +74,7 @@ def _api_routes(
         if decorate is not None:
             decorate(api, op, route)
         routes.append((key, route))
-    extra = preflight(api, route_match(catch_all(base))) if preflight is not None else None
+    extra = preflight(api, route_match(catch_all(base)), action) if preflight is not None else None
     if extra is not None:
         # After the operations' more specific patterns, before a catch-all that would take any method.
         key = (-len(base.segments), base.specificity(), api.spec.base_path, catch_all(base).specificity(), False)

@@ -55,7 +55,11 @@ def translate_apis(
             limits.decorate(api, op, route.route)
 
     listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
-    routes = [route_configuration(settings.route_config_name, views, decorate, access.preflight_route)]
+    routes = [
+        route_configuration(
+            settings.route_config_name, views, decorate, access.preflight_route, access.decorate_virtual_host
+        )
+    ]
     clusters = [*access.clusters, *limits.clusters()]
     endpoints = []
     for api in views:

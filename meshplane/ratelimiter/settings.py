@@ -1,0 +1,41 @@
+"""Configuration of the rate-limiter process, loaded like every other process's (`--config`, MESHPLANE_*, flags)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import AfterValidator, Field
+
+from meshplane.config import Address, ProcessSettings
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _redis_url(value: str) -> str:
+    if urlsplit(value).scheme not in _REDIS_SCHEMES:
+        raise ValueError(f"{value!r} is not a Redis URL (redis://host:port/db, rediss://… or unix://…)")
+    return value
+
+
+def redacted(url: str) -> str:
+    """`url` without its user and password, for logs."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _default_node_id() -> str:
+    return f"ratelimiter-{socket.gethostname()}-{os.getpid()}"
+
+
+class RateLimiterSettings(ProcessSettings):
+    grpc_address: Address = Field(default="127.0.0.1:18082", description="RateLimitService gRPC for Envoy")
+    xds_address: Address = Field(default="127.0.0.1:18001", description="the local agent's xDS")
+    node_id: str = Field(default_factory=_default_node_id, description="xDS node id announced to the agent")
+    redis_url: Annotated[str, AfterValidator(_redis_url)] | None = Field(
+        default=None, description="shared counters in Redis; default: in this process's memory"
+    )
+    redis_timeout: float = Field(default=0.5, gt=0, description="seconds one Redis round trip may take")
+    metrics_address: Address | None = Field(default=None, description="serve Prometheus /metrics here; default: off")

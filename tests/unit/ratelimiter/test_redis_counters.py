@@ -1,0 +1,112 @@
+"""Counters in a real Redis: shared totals, expiry with the window, one transaction per request, and
+a bounded failure when Redis is away or stalls."""
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from meshplane.ratelimiter.counters import CountersUnavailable, Hit
+from meshplane.ratelimiter.redis_counters import RedisCounters, redis_key
+from tests.harness.process import free_port
+from tests.harness.redis import RedisServer
+
+NOW = 1_700_000_000
+
+
+@pytest.fixture
+def domain() -> str:
+    """A domain of this test's own, so tests sharing the session's Redis never share a counter."""
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+def hit(domain: str, value: str, addend: int = 1, seconds: int = 60) -> Hit:
+    start = NOW - NOW % seconds
+    return Hit((domain, "api", value), start, start + seconds, addend)
+
+
+async def test_replicas_on_one_redis_share_one_count(redis_server: RedisServer, domain: str) -> None:
+    one, two = RedisCounters(redis_server.url), RedisCounters(redis_server.url)
+    try:
+        assert await one.increment([hit(domain, "orders"), hit(domain, "items", 5)], NOW) == [1, 5]
+        assert await two.increment([hit(domain, "orders", 2)], NOW) == [3]
+        assert await one.increment([hit(domain, "orders")], NOW) == [4]
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_a_counter_expires_when_its_window_ends(redis_server: RedisServer, redis: Redis, domain: str) -> None:
+    counters = RedisCounters(redis_server.url)
+    counted = hit(domain, "a/b:c")
+    try:
+        await counters.increment([counted], NOW)
+    finally:
+        await counters.close()
+
+    key = redis_key(counted)
+    assert key == f"meshplane:rl:{domain}:api:a%2Fb%3Ac:{counted.window_start}"
+    assert 0 < await redis.ttl(key) <= counted.window_end - NOW
+
+
+async def test_all_hits_of_a_request_go_in_one_transaction(
+    redis_server: RedisServer, redis: Redis, domain: str
+) -> None:
+    counters = RedisCounters(redis_server.url)
+    try:
+        await counters.increment([hit(domain, "warm-up")], NOW)
+        before = (await redis.info("commandstats"))["cmdstat_multi"]["calls"]
+
+        await counters.increment([hit(domain, str(n)) for n in range(5)], NOW)
+
+        assert (await redis.info("commandstats"))["cmdstat_multi"]["calls"] == before + 1
+    finally:
+        await counters.close()
+
+
+async def test_no_hits_need_no_redis() -> None:
+    counters = RedisCounters(f"redis://127.0.0.1:{free_port()}/0")
+
+    assert await counters.increment([], NOW) == []
+    await counters.close()
+
+
+async def test_an_unreachable_redis_fails_at_once(domain: str) -> None:
+    counters = RedisCounters(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(CountersUnavailable, match=r"^redis: "):
+            await counters.increment([hit(domain, "orders")], NOW)
+    finally:
+        await counters.close()
+
+    assert time.monotonic() - started < 1.0
+
+
+async def test_a_redis_that_never_answers_fails_within_the_timeout(domain: str) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accept, never answer
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    counters = RedisCounters(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(CountersUnavailable):
+            await counters.increment([hit(domain, "orders")], NOW)
+    finally:
+        await counters.close()
+        server.close()
+        await server.wait_closed()
+
+    assert time.monotonic() - started < 1.0

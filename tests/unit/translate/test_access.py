@@ -1,0 +1,268 @@
+"""Authentication, subscriptions, scopes, CORS and limits as the translator compiles them for Envoy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from google.protobuf import json_format
+
+from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
+from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.services import enforcer_resources, ratelimiter_resources
+from meshplane.agent.translate.translate import api_views
+from meshplane.dataplane import ENFORCER_API_TYPE, ENFORCER_APPLICATION_TYPE, RATELIMIT_CONFIG_TYPE
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import Resource
+from tests.harness.envoy import validate
+from tests.unit.translate.factories import api, backend
+from tests.unit.translate.static_config import static_bootstrap
+
+NOW = 1_800_000_000.0
+JWK = {"kty": "EC", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "kid": "k1", "alg": "ES256"}
+JWK["y"] = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"
+SERVICES = GatewaySettings(enforcer_address="127.0.0.1:18081", ratelimiter_address="127.0.0.1:18082")
+
+
+def obj(kind: str, name: str, spec: dict[str, Any], project: str | None = "shop") -> Resource:
+    metadata = {"name": name, **({"project": project} if project else {})}
+    return REGISTRY.parse({"kind": kind, "metadata": metadata, "spec": spec})
+
+
+def key(name: str, app: str, **spec: Any) -> Resource:
+    return obj(
+        "ApplicationKey", name, {"application": app, "created": "2026-01-01T00:00:00Z", "sha256": "ab" * 32, **spec}
+    )
+
+
+def catalog(*extra: Resource) -> Catalog:
+    return Catalog.of(
+        [
+            obj("KeySet", "api-keys", {"issuer": "meshplane", "keys": [JWK]}, project=None),
+            obj("Application", "mobile", {}),
+            obj("Application", "web", {}),
+            obj("Subscription", "mobile-orders", {"application": "mobile", "api": "orders", "plan": "gold"}),
+            obj("Subscription", "web-orders", {"application": "web", "api": "orders", "state": "blocked"}),
+            key("k-live", "mobile"),
+            key("k-revoked", "mobile", revoked=True),
+            key("k-rotated", "mobile", expires="2020-01-01T00:00:00Z"),
+            *extra,
+        ]
+    )
+
+
+def orders(**spec: Any) -> Resource:
+    fields = {"basePath": "/orders", "backends": [backend()], "authentication": {"apiKey": {}}, **spec}
+    return api("orders", **fields)
+
+
+def manager(config: EnvoyConfig) -> hcm_pb2.HttpConnectionManager:
+    listener = next(item for item in config.listeners if item.name == "gateway")
+    unpacked = hcm_pb2.HttpConnectionManager()
+    listener.filter_chains[0].filters[0].typed_config.Unpack(unpacked)
+    return unpacked
+
+
+def filter_names(config: EnvoyConfig) -> list[str]:
+    return [item.name for item in manager(config).http_filters]
+
+
+def routes(config: EnvoyConfig) -> dict[str, Any]:
+    table = next(table for table in config.routes if table.name == "gateway")
+    return {route.name: route for host in table.virtual_hosts for route in host.routes}
+
+
+def test_an_api_without_policies_keeps_the_bare_filter_chain() -> None:
+    config = translate_apis([api("open", basePath="/open", backends=[backend()])], SERVICES, catalog(), NOW)
+
+    assert filter_names(config) == ["envoy.filters.http.router"]
+    assert not manager(config).HasField("local_reply_config")
+
+
+def test_signed_keys_compile_to_jwt_authn_then_revocation_then_subscriptions() -> None:
+    config = translate_apis([orders()], SERVICES, catalog(), NOW)
+
+    assert filter_names(config) == [
+        "envoy.filters.http.header_mutation",
+        "envoy.filters.http.jwt_authn",
+        "meshplane.revoked",
+        "envoy.filters.http.rbac",
+        "envoy.filters.http.router",
+    ]
+    jwt = jwt_pb2.JwtAuthentication()
+    manager(config).http_filters[1].typed_config.Unpack(jwt)
+    provider = jwt.providers["apikey:x-api-key:"]
+    assert json.loads(provider.local_jwks.inline_string) == {"keys": [JWK]}
+    assert not provider.forward
+    # Revocations live in the route table, which reaches open connections at once.
+    table = next(table for table in config.routes if table.name == "gateway")
+    revoked = rbac_pb2.RBACPerRoute()
+    table.virtual_hosts[0].typed_per_filter_config["meshplane.revoked"].Unpack(revoked)
+    pattern = revoked.rbac.rules.policies["revoked"].principals[0].metadata.value.string_match.safe_regex.regex
+    assert pattern == "^(k\\-revoked|k\\-rotated)$"
+
+
+def test_only_active_subscriptions_of_held_applications_are_let_in_named_by_plan() -> None:
+    config = translate_apis([orders()], SERVICES, catalog(), NOW)
+    route = routes(config)["shop/orders *"]
+    per_route = rbac_pb2.RBACPerRoute()
+    route.typed_per_filter_config["envoy.filters.http.rbac"].Unpack(per_route)
+
+    policies = per_route.rbac.rules.policies
+    assert list(policies) == ["gold"]
+    assert [p.metadata.value.string_match.exact for p in policies["gold"].principals] == ["shop/mobile"]
+    assert [h.header.key for h in route.request_headers_to_add] == ["x-meshplane-plan"]
+
+
+def test_key_records_running_out_later_are_not_refused_yet_and_wake_the_agent() -> None:
+    later = catalog(key("k-later", "mobile", expires="2030-01-01T00:00:00Z"))
+
+    assert later.refused_key_ids(NOW) == ["k-revoked", "k-rotated"]
+    assert later.next_expiry(NOW) == pytest.approx(1893456000.0)
+
+
+def test_opaque_keys_go_to_the_enforcer_or_answer_503_without_one() -> None:
+    opaque = orders(authentication={"apiKey": {"mode": "opaque", "query": "key"}})
+
+    with_enforcer = translate_apis([opaque], SERVICES, catalog(), NOW)
+    without = translate_apis([opaque], GatewaySettings(), catalog(), NOW)
+
+    assert "envoy.filters.http.ext_authz" in filter_names(with_enforcer)
+    assert manager(with_enforcer).http_filters[1].disabled
+    assert "meshplane.enforcer" in {cluster.name for cluster in with_enforcer.clusters}
+    assert "envoy.filters.http.ext_authz" in routes(with_enforcer)["shop/orders *"].typed_per_filter_config
+    refused = routes(without)["shop/orders *"]
+    assert refused.direct_response.status == 503
+    assert "envoy.filters.http.ext_authz" not in filter_names(without)
+    assert "meshplane.enforcer" not in {cluster.name for cluster in without.clusters}
+
+
+def test_signed_keys_without_a_key_set_answer_503() -> None:
+    config = translate_apis([orders()], SERVICES, Catalog(), NOW)
+
+    assert routes(config)["shop/orders *"].direct_response.status == 503
+
+
+def test_enforcer_gets_opaque_apis_and_digests_of_keys_in_force_only() -> None:
+    opaque = orders(authentication={"apiKey": {"mode": "opaque"}})
+    resources = enforcer_resources(api_views([opaque]), catalog())
+
+    assert list(resources[ENFORCER_API_TYPE]) == ["shop/orders"]
+    mobile = resources[ENFORCER_APPLICATION_TYPE]["shop/mobile"]
+    assert sorted(k.id for k in mobile.keys) == ["k-live", "k-rotated"]
+    assert next(k for k in mobile.keys if k.id == "k-rotated").expires_unix == 1577836800
+
+
+def test_local_limits_share_one_filter_and_global_ones_need_the_limiter() -> None:
+    policies = [
+        obj(
+            "RateLimitPolicy",
+            "gold",
+            {"target": {"kind": "SubscriptionPlan", "name": "gold"}, "requestsPerUnit": 5, "unit": "second"},
+        ),
+        obj(
+            "RateLimitPolicy",
+            "writes",
+            {
+                "target": {"kind": "Operation", "name": "orders", "operation": {"method": "POST", "path": "/items"}},
+                "requestsPerUnit": 2,
+                "unit": "minute",
+                "scope": "local",
+            },
+        ),
+    ]
+    spec = {
+        "operations": [{"method": "GET", "path": "/items"}, {"method": "POST", "path": "/items"}],
+        "rateLimit": {"requestsPerUnit": 100, "unit": "minute"},
+    }
+    with_limiter = translate_apis([orders(**spec)], SERVICES, catalog(*policies), NOW)
+    without = translate_apis([orders(**spec)], GatewaySettings(), catalog(*policies), NOW)
+
+    assert filter_names(with_limiter)[-3:] == [
+        "envoy.filters.http.local_ratelimit",
+        "envoy.filters.http.ratelimit",
+        "envoy.filters.http.router",
+    ]
+    assert "envoy.filters.http.ratelimit" not in filter_names(without)
+    local = local_rate_limit_pb2.LocalRateLimit()
+    next(f for f in manager(with_limiter).http_filters if f.name.endswith("local_ratelimit")).typed_config.Unpack(local)
+    entries = [[(e.key, e.value) for e in d.entries] for d in local.descriptors]
+    assert entries == [[("api", "shop/orders")], [("api", "shop/orders"), ("operation", "POST /items")]]
+    post = routes(with_limiter)["shop/orders POST /items"].route.rate_limits
+    assert sorted(limit.stage.value for limit in post) == [0, 1, 1]
+    config = ratelimiter_resources(api_views([orders(**spec)]), SERVICES, catalog(*policies))[RATELIMIT_CONFIG_TYPE]
+    tree = json_format.MessageToDict(config["meshplane"])
+    assert tree["descriptors"] == [
+        {
+            "key": "api",
+            "value": "shop/orders",
+            "descriptors": [
+                {"key": "application", "value": "shop/mobile", "rateLimit": {"unit": "SECOND", "requestsPerUnit": 5}}
+            ],
+        }
+    ]
+
+
+def test_scopes_compile_to_rbac_on_the_user_token() -> None:
+    users = api(
+        "users",
+        basePath="/users",
+        backends=[backend()],
+        authentication={"jwt": {"issuer": "https://idp.example", "jwks": json.dumps({"keys": [JWK]})}},
+        operations=[
+            {"method": "GET", "path": "/me"},
+            {"method": "POST", "path": "/orders", "scopes": ["orders:write"]},
+        ],
+    )
+    config = translate_apis([users], SERVICES, catalog(), NOW)
+    table = routes(config)
+
+    assert "envoy.filters.http.rbac" not in table["shop/users GET /me"].typed_per_filter_config
+    scoped = rbac_pb2.RBACPerRoute()
+    table["shop/users POST /orders"].typed_per_filter_config["envoy.filters.http.rbac"].Unpack(scoped)
+    assert list(scoped.rbac.rules.policies) == ["scopes"]
+
+
+def test_cors_adds_a_preflight_route_before_the_catch_all() -> None:
+    config = translate_apis([orders(cors={"allowOrigins": ["https://app.example"]})], SERVICES, catalog(), NOW)
+    names = list(routes(config))
+
+    assert names == ["shop/orders preflight", "shop/orders *"]
+    assert "envoy.filters.http.cors" in filter_names(config)
+
+
+@pytest.mark.envoy
+def test_envoy_accepts_every_policy_at_once(tmp_path: Path) -> None:
+    apis = [
+        orders(
+            cors={"allowOrigins": ["*"], "allowMethods": ["GET"], "maxAge": "10m"},
+            rateLimit={"requestsPerUnit": 10, "unit": "second", "scope": "global"},
+            operations=[{"method": "GET", "path": "/items", "rateLimit": {"requestsPerUnit": 3, "unit": "minute"}}],
+        ),
+        api(
+            "opaque",
+            basePath="/opaque",
+            backends=[backend()],
+            authentication={"apiKey": {"mode": "opaque", "header": "x-key", "query": "key"}},
+        ),
+        api(
+            "users",
+            basePath="/users",
+            backends=[backend()],
+            authentication={"jwt": {"issuer": "https://idp.example", "jwksUri": "https://idp.example/jwks.json"}},
+            operations=[{"method": "POST", "path": "/orders", "scopes": ["orders:write"]}],
+        ),
+    ]
+    plan = obj(
+        "RateLimitPolicy",
+        "gold",
+        {"target": {"kind": "SubscriptionPlan", "name": "gold"}, "requestsPerUnit": 5, "unit": "hour"},
+    )
+    accepted, output = validate(tmp_path, static_bootstrap(translate_apis(apis, SERVICES, catalog(plan), NOW)))
+    assert accepted, output
