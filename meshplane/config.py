@@ -7,10 +7,12 @@ the embedded setup on localhost.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -67,6 +69,22 @@ class ProcessSettings(BaseSettings):
             raise FileNotFoundError(f"config file {config_file} does not exist")
         bound = type(cls.__name__, (cls,), {"config_file": config_file})
         return bound(**{k: v for k, v in flags.items() if v is not None})  # type: ignore[return-value]
+
+
+class DataPlaneServiceSettings(ProcessSettings):
+    """What the enforcer and the rate limiter share: the agent that feeds them, and how they show up."""
+
+    role: ClassVar[str]
+    xds_address: Address = Field(default="127.0.0.1:18001", description="the local agent's xDS")
+    node_id: str = Field(
+        default="", validate_default=True, description="xDS node id announced to the agent; default ROLE-HOST-PID"
+    )
+    metrics_address: Address | None = Field(default=None, description="serve Prometheus /metrics here; default off")
+
+    @field_validator("node_id")
+    @classmethod
+    def _default_node_id(cls, value: str) -> str:
+        return value or f"{cls.role}-{socket.gethostname()}-{os.getpid()}"
 
 
 class ServerSettings(ProcessSettings):

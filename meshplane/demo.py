@@ -1,7 +1,8 @@
 """`meshplane demo`: the whole embedded setup on localhost, in the foreground.
 
-Server (SQLite), one agent for cluster `demo`, a real Envoy and a sample upstream, each a child
-process with its log under the data directory; all of them stop when the demo stops.
+Server (SQLite), one agent for cluster `demo` with its enforcer and rate limiter, a real Envoy and a
+sample upstream, each a child process with its log under the data directory; all of them stop when
+the demo stops.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ XDS = "127.0.0.1:18001"
 GATEWAY = "127.0.0.1:10000"
 ENVOY_ADMIN = 19000
 AGENT_ADMIN = "127.0.0.1:18003"
+ENFORCER = "127.0.0.1:18081"
+RATELIMITER = "127.0.0.1:18082"
 UPSTREAM_PORT = 9001
 
 TOUR = f"""
@@ -34,6 +37,7 @@ meshplane demo is running.
   agent sync    {GRPC}  ->  agent of cluster "demo" (xDS for gateways on {XDS})
                 mutual TLS: the server's CA and certificates are in {{pki}}
   gateway       http://{GATEWAY}   (Envoy admin: http://127.0.0.1:{ENVOY_ADMIN})
+  enforcer      {ENFORCER}   rate limiter {RATELIMITER}   (fed by the agent)
   upstream      http://127.0.0.1:{UPSTREAM_PORT}   (echoes what reaches it)
   logs          {{logs}}
 
@@ -44,6 +48,12 @@ Try, in another shell (with the virtualenv active: . .venv/bin/activate):
   meshplane get apis -o yaml
   meshplane delete api orders
   curl -si http://{GATEWAY}/orders/items         # 404 again
+
+  meshplane apply -f examples/api-keys.yaml      # an API with keys, an app, its subscription, a limit
+  curl -si http://{GATEWAY}/catalog/items        # 401: no key
+  KEY=$(meshplane keys create mobile --key-only)
+  curl -s -H "x-api-key: $KEY" http://{GATEWAY}/catalog/items   # 200: application mobile, plan gold
+  for i in $(seq 6); do curl -so /dev/null -w '%{{http_code}} ' -H "x-api-key: $KEY" {GATEWAY}/catalog/items; done
 
 Ctrl-C stops everything.
 """
@@ -70,7 +80,17 @@ async def _wait_http(url: str, proc: asyncio.subprocess.Process, what: str) -> N
 async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
     busy = [
         a
-        for a in (HTTP, GRPC, XDS, GATEWAY, AGENT_ADMIN, f"127.0.0.1:{ENVOY_ADMIN}", f"127.0.0.1:{UPSTREAM_PORT}")
+        for a in (
+            HTTP,
+            GRPC,
+            XDS,
+            GATEWAY,
+            AGENT_ADMIN,
+            ENFORCER,
+            RATELIMITER,
+            f"127.0.0.1:{ENVOY_ADMIN}",
+            f"127.0.0.1:{UPSTREAM_PORT}",
+        )
         if not _port_free(a)
     ]
     if busy:
@@ -117,6 +137,24 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             tls.key,
             "--tls-ca",
             tls.ca,
+            "--enforcer-address",
+            ENFORCER,
+            "--ratelimiter-address",
+            RATELIMITER,
+            "--log-format",
+            "text",
+        )
+        await start(
+            "enforcer", *me, "enforcer", "--grpc-address", ENFORCER, "--xds-address", XDS, "--log-format", "text"
+        )
+        await start(
+            "ratelimiter",
+            *me,
+            "ratelimiter",
+            "--grpc-address",
+            RATELIMITER,
+            "--xds-address",
+            XDS,
             "--log-format",
             "text",
         )

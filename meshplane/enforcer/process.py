@@ -4,41 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.auth.v3 import external_auth_pb2_grpc
-from prometheus_client import start_http_server
 
-from meshplane.config import split_address
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, ENFORCER_TYPES
 from meshplane.enforcer.service import AuthorizationService
 from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.enforcer.state import EnforcerState
 from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import serving_metrics
 from meshplane.xds.client import DeltaClient
 
 log = get_logger("meshplane.enforcer")
 
 STOP_GRACE = 1.0
 """Seconds in-flight checks get to finish once asked to stop."""
-
-
-@contextlib.contextmanager
-def serving_metrics(address: str | None) -> Iterator[None]:
-    """Prometheus /metrics on `address` while the block runs; nothing when None."""
-    if address is None:
-        yield
-        return
-    host, port = split_address(address)
-    server, thread = start_http_server(port, addr=host)
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=STOP_GRACE)
 
 
 async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
@@ -63,7 +45,7 @@ async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
         on_update=state.apply,
         on_connected=connected,
     )
-    with serving_metrics(settings.metrics_address):
+    with serving_metrics(settings.metrics_address, STOP_GRACE):
         await server.start()
         log.info(
             "enforcer serving",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, Info
+import contextlib
+from collections.abc import Iterator
+
+from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 from meshplane import __version__
 
@@ -43,3 +46,19 @@ ENFORCER_UPDATES = Counter(
 def short_type(type_url: str) -> str:
     """`type.googleapis.com/envoy.config.cluster.v3.Cluster` -> `Cluster`: a bounded label value."""
     return type_url.rsplit(".", 1)[-1]
+
+
+@contextlib.contextmanager
+def serving_metrics(address: str | None, grace: float = 1.0) -> Iterator[None]:
+    """Prometheus /metrics on `address` (host:port) while the block runs; nothing when None."""
+    if address is None:
+        yield
+        return
+    host, _, port = address.rpartition(":")
+    server, thread = start_http_server(int(port), addr=host.strip("[]"))
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=grace)

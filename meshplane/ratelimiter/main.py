@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from wsgiref.simple_server import WSGIServer
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.ratelimit.v3 import rls_pb2_grpc
-from prometheus_client import start_http_server
 
-from meshplane.config import split_address
 from meshplane.dataplane import RATELIMIT_CONFIG_TYPE, RATELIMITER_NODE_CLUSTER
 from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import serving_metrics
 from meshplane.ratelimiter.counters import Counters
 from meshplane.ratelimiter.memory import MemoryCounters
 from meshplane.ratelimiter.redis_counters import RedisCounters
@@ -34,14 +32,6 @@ def open_counters(settings: RateLimiterSettings) -> Counters:
     return RedisCounters(settings.redis_url, settings.redis_timeout)
 
 
-def _start_metrics(address: str | None) -> WSGIServer | None:
-    if address is None:
-        return None
-    host, port = split_address(address)
-    server, _ = start_http_server(port, addr=host)
-    return server
-
-
 async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) -> None:
     """Serve until `stop` is set; the last configuration the agent sent stays in force while it is away."""
     table = LimitTable()
@@ -49,8 +39,6 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
     server = grpc.aio.server()
     rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitService(table, counters), server)
     server.add_insecure_port(settings.grpc_address)
-    await server.start()
-    metrics = _start_metrics(settings.metrics_address)
     client = DeltaClient(
         # A fresh channel per attempt: no gRPC reconnect backoff stacked on the client's own.
         lambda: grpc.aio.insecure_channel(settings.xds_address),
@@ -59,24 +47,23 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
         initial_versions=table.versions,
         on_update=table.apply,
     )
-    xds = asyncio.create_task(client.run(), name="xds")
-    log.info(
-        "rate limiter serving",
-        grpc=settings.grpc_address,
-        xds=settings.xds_address,
-        node=settings.node_id,
-        counters=redacted(settings.redis_url) if settings.redis_url else "memory",
-        metrics=settings.metrics_address,
-    )
-    try:
-        await stop.wait()
-    finally:
-        log.info("rate limiter stopping")
-        await server.stop(STOP_GRACE)
-        xds.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await xds
-        await counters.close()
-        if metrics is not None:
-            metrics.shutdown()
-            metrics.server_close()
+    with serving_metrics(settings.metrics_address, STOP_GRACE):
+        await server.start()
+        xds = asyncio.create_task(client.run(), name="xds")
+        log.info(
+            "rate limiter serving",
+            grpc=settings.grpc_address,
+            xds=settings.xds_address,
+            node=settings.node_id,
+            counters=redacted(settings.redis_url) if settings.redis_url else "memory",
+            metrics=settings.metrics_address,
+        )
+        try:
+            await stop.wait()
+        finally:
+            log.info("rate limiter stopping")
+            await server.stop(STOP_GRACE)
+            xds.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await xds
+            await counters.close()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from typing import Annotated
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, Field
 
-from meshplane.config import Address, ProcessSettings
+from meshplane.config import Address, DataPlaneServiceSettings
 
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -26,16 +24,10 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-def _default_node_id() -> str:
-    return f"ratelimiter-{socket.gethostname()}-{os.getpid()}"
-
-
-class RateLimiterSettings(ProcessSettings):
+class RateLimiterSettings(DataPlaneServiceSettings):
+    role = "ratelimiter"
     grpc_address: Address = Field(default="127.0.0.1:18082", description="RateLimitService gRPC for Envoy")
-    xds_address: Address = Field(default="127.0.0.1:18001", description="the local agent's xDS")
-    node_id: str = Field(default_factory=_default_node_id, description="xDS node id announced to the agent")
     redis_url: Annotated[str, AfterValidator(_redis_url)] | None = Field(
         default=None, description="shared counters in Redis; default: in this process's memory"
     )
     redis_timeout: float = Field(default=0.5, gt=0, description="seconds one Redis round trip may take")
-    metrics_address: Address | None = Field(default=None, description="serve Prometheus /metrics here; default: off")
