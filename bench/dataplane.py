@@ -1,0 +1,184 @@
+"""What API management costs the request path: wrk through one real Envoy gateway, four configurations.
+
+(a) a bare route; (b) API key + subscription + local limit, all native (jwt_authn, RBAC,
+local_ratelimit); (c) (b) plus a global limit through the rate limiter on Redis; (d) an opaque key
+checked by the enforcer (ext_authz). The upstream is nginx answering from memory, so the gateway is
+what is measured. Limits are set far above the offered load: every request is checked, none refused.
+Prints one JSON object with rps and latency per configuration and the ratio of each to (a).
+
+    .venv/bin/python -m bench.dataplane [--seconds 10] [--connections 16] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+
+from tests.harness.envoy import run_envoy
+from tests.harness.gateway import Gateway, status
+from tests.harness.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
+from tests.harness.process import free_port, port_open, require_binary, running
+from tests.harness.redis import start_redis
+
+PROJECT = "default"
+HIGH = {"requestsPerUnit": 1_000_000_000, "unit": "second"}
+CONFIGURATIONS = {
+    "bare": ("/bare/x", None),
+    "native": ("/native/x", "signed"),
+    "native_global": ("/global/x", "signed"),
+    "enforcer": ("/opaque/x", "opaque"),
+}
+FLOOR = "bare"
+
+
+@contextlib.contextmanager
+def nginx(work: Path) -> Iterator[int]:
+    """nginx answering 200 from memory on a free port, one worker."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    port = free_port()
+    (work / "nginx").mkdir()
+    conf = work / "nginx" / "nginx.conf"
+    conf.write_text(
+        f"worker_processes 1; daemon off; pid {work}/nginx/nginx.pid; error_log stderr warn;\n"
+        "events { worker_connections 1024; }\n"
+        f"http {{ access_log off; client_body_temp_path {work}/nginx; proxy_temp_path {work}/nginx;\n"
+        f"  server {{ listen 127.0.0.1:{port}; keepalive_requests 100000;\n"
+        '    location / { return 200 "ok"; } } }\n'
+    )
+    with running([binary, "-c", str(conf), "-p", str(work / "nginx")], work / "nginx.log") as process:
+        process.wait_ready(lambda: port_open(port), 15.0, "nginx")
+        yield port
+
+
+def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
+    """The four APIs and a subscribed application; its signed key and an imported opaque key."""
+
+    def put(plural: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+        body = {"kind": kind, "metadata": {"name": name, "project": PROJECT}, "spec": spec}
+        response = api.put(f"/v1/projects/{PROJECT}/{plural}/{name}", json=body)
+        response.raise_for_status()
+
+    backend = [{"host": "127.0.0.1", "port": upstream}]
+    signed = {"apiKey": {"header": "x-api-key"}}
+    put("apis", "API", "bare", {"basePath": "/bare", "backends": backend})
+    put(
+        "apis",
+        "API",
+        "native",
+        {"basePath": "/native", "backends": backend, "authentication": signed, "rateLimit": HIGH},
+    )
+    put(
+        "apis",
+        "API",
+        "global",
+        {
+            "basePath": "/global",
+            "backends": backend,
+            "authentication": signed,
+            "rateLimit": {**HIGH, "scope": "global"},
+        },
+    )
+    opaque = {"apiKey": {"header": "x-api-key", "mode": "opaque"}}
+    put("apis", "API", "opaque", {"basePath": "/opaque", "backends": backend, "authentication": opaque})
+    put("applications", "Application", "bench", {})
+    for target in ("native", "global", "opaque"):
+        put("subscriptions", "Subscription", f"bench-{target}", {"application": "bench", "api": target})
+    keys = {"signed": api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={}).json()["key"]}
+    keys["opaque"] = secrets.token_urlsafe(32)
+    api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={"key": keys["opaque"]}).raise_for_status()
+    return keys
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def _millis(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def wrk(url: str, headers: dict[str, str], seconds: int, connections: int) -> dict[str, float]:
+    argv = [require_binary("wrk"), "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    out = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    latency = {p: _millis(re.search(rf"\s{p}%\s+(\S+)", out).group(1)) for p in ("50", "99")}  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {
+        "rps": rps,
+        "p50_ms": latency["50"],
+        "p99_ms": latency["99"],
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+    }
+
+
+def run(seconds: int, connections: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="meshplane-bench-") as tmp_dir:
+        work = Path(tmp_dir)
+        ports = {"enforcer": free_port(), "ratelimiter": free_port()}
+        extra = [
+            f"--enforcer-address=127.0.0.1:{ports['enforcer']}",
+            f"--ratelimiter-address=127.0.0.1:{ports['ratelimiter']}",
+        ]
+        with (
+            nginx(work) as upstream,
+            start_redis(work) as redis,
+            run_server(work) as server,
+            run_agent(work, "bench", server, extra=extra) as agent,
+            run_enforcer(work, agent.xds_port, port=ports["enforcer"]),
+            run_ratelimiter(work, agent.xds_port, redis.url, port=ports["ratelimiter"]),
+            run_envoy(work, "gw-bench", agent.xds_port) as envoy,
+            httpx.Client(base_url=server.url, timeout=10) as api,
+        ):
+            envoy.wait_listener(agent.gateway_port)
+            keys = declare(api, upstream)
+            gateway = Gateway(agent.gateway_port)
+            results: dict[str, dict[str, float]] = {}
+            for name, (path, credential) in CONFIGURATIONS.items():
+                headers = {"x-api-key": keys[credential]} if credential else {}
+                gateway.wait_for(path, status(200), headers=headers, timeout=30)
+                results[name] = wrk(f"http://127.0.0.1:{agent.gateway_port}{path}", headers, seconds, connections)
+            gateway.close()
+    floor = results[FLOOR]["rps"]
+    return {
+        "benchmark": "dataplane",
+        "seconds": seconds,
+        "connections": connections,
+        "envoy_concurrency": 1,
+        "results": results,
+        "ratio_to_bare": {name: round(result["rps"] / floor, 3) for name, result in results.items()},
+        "targets": {"native": 0.6, "native_global": 0.25, "enforcer": 0.2},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="2 s per configuration: proves the benchmark runs")
+    args = parser.parse_args()
+    started = time.monotonic()
+    report = run(2 if args.quick else args.seconds, args.connections)
+    report["wall_seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
