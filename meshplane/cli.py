@@ -29,6 +29,10 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="meshplane: m
 agent_app = typer.Typer(help="Run the agent of one data-plane cluster (or a subcommand).")
 app.add_typer(agent_app, name="agent")
 app.add_typer(certs_app, name="certs")
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of an application: create, list, revoke, rotate.")
+app.add_typer(keys_app, name="keys")
+signing_keys_app = typer.Typer(no_args_is_help=True, help="The server's keys that sign API keys: rotate, retire.")
+app.add_typer(signing_keys_app, name="signing-keys")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -67,6 +71,12 @@ def run_client(call: Coroutine[Any, Any, None]) -> None:
     """Run one CLI call against the server."""
     with user_errors():
         asyncio.run(call)
+
+
+def _check_output(output: str, *choices: str) -> None:
+    """A format the verb cannot print is a usage error (exit 2), found before anything is sent."""
+    if output not in choices:
+        raise typer.BadParameter(f"must be {', '.join(choices[:-1])} or {choices[-1]}", param_hint="--output")
 
 
 def _load_settings(cls: type, config: Path | None, **flags: Any) -> Any:
@@ -227,8 +237,7 @@ def agent_config_dump(
     """Show what an agent serves its gateways, and the objects (and rejected versions) it holds."""
     from meshplane.cli_ops import fetch_config_dump, render_dump
 
-    if output not in ("json", "yaml"):
-        raise typer.BadParameter("must be json or yaml", param_hint="--output")
+    _check_output(output, "json", "yaml")
     with user_errors():
         sys.stdout.write(render_dump(fetch_config_dump(admin_address), output))
 
@@ -348,13 +357,25 @@ def diff(
         raise typer.Exit(1)
 
 
-def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> None:
+def _print_data(data: Any, output: str) -> None:
+    """JSON or YAML, never wrapped, for scripts to parse."""
     if output == "json":
-        out.print_json(json.dumps(items[0] if single else items))
-    elif output == "yaml":
-        sys.stdout.write(
-            yaml.safe_dump_all(items, sort_keys=False) if not single else yaml.safe_dump(items[0], sort_keys=False)
-        )
+        out.print_json(json.dumps(data))
+    else:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+def _print_table(table: Table) -> None:
+    """As wide as its content, whatever the terminal (or a pipe's 80 columns): a cell cut short is a wrong name."""
+    natural = Measurement.get(out, out.options.update_width(sys.maxsize), table).maximum
+    Console(width=max(natural, out.width)).print(table)
+
+
+def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> None:
+    if output == "yaml" and not single:
+        sys.stdout.write(yaml.safe_dump_all(items, sort_keys=False))
+    elif output != "table":
+        _print_data(items[0] if single else items, output)
     else:
         table = Table(box=None, header_style="bold")
         for column in ("NAME", "PROJECT", "LABELS", "VERSION", "CREATED"):
@@ -369,9 +390,7 @@ def _print_objects(items: list[dict[str, Any]], output: str, single: bool) -> No
                 meta.get("resourceVersion", ""),
                 meta.get("creationTimestamp", "")[:19],
             )
-        # As wide as its content, whatever the terminal (or a pipe's 80 columns): a cell cut short is a wrong name.
-        natural = Measurement.get(out, out.options.update_width(sys.maxsize), table).maximum
-        Console(width=max(natural, out.width)).print(table)
+        _print_table(table)
 
 
 @app.command()
@@ -387,8 +406,7 @@ def get(
     token: TokenOpt = None,
 ) -> None:
     """Show one object or list a kind; with -w, stream changes until Ctrl-C."""
-    if output not in ("table", "yaml", "json"):
-        raise typer.BadParameter("must be table, yaml or json", param_hint="--output")
+    _check_output(output, "table", "yaml", "json")
     if watch:
         from meshplane.cli_ops import print_event, stream_changes, until_stopped
 
@@ -474,8 +492,7 @@ def status(
     """Clusters (connected, last seen, objects out of date), or one object's delivery to each cluster."""
     if (kind is None) != (name is None):
         raise typer.BadParameter("give both KIND and NAME, or neither")
-    if output not in ("table", "json"):
-        raise typer.BadParameter("must be table or json", param_hint="--output")
+    _check_output(output, "table", "json")
 
     async def call() -> None:
         async with MeshplaneClient(server, token) as client:
@@ -491,6 +508,153 @@ def status(
                 out.print_json(json.dumps([{"name": c["metadata"]["name"], **c.get("status", {})} for c in clusters]))
             else:
                 out.print(_cluster_rows(clusters))
+
+    run_client(call())
+
+
+OutputOpt = Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")]
+ExpiresInOpt = Annotated[
+    str | None, typer.Option("--expires-in", help="how long the key works, e.g. 720h [until revoked]")
+]
+KeyOnlyOpt = Annotated[
+    bool, typer.Option("--key-only", help="print the key alone, for KEY=$(meshplane keys create APP --key-only)")
+]
+
+
+def _check_issue_output(output: str, key_only: bool) -> None:
+    _check_output(output, "table", "yaml", "json")
+    if key_only and output != "table":
+        raise typer.BadParameter("prints the key alone; leave out --output", param_hint="--key-only")
+
+
+def _print_issued(answer: dict[str, Any], output: str, key_only: bool) -> None:
+    """The answer of create or rotate, the only one that holds the key: print it whole, once."""
+    from meshplane.cli_ops import issued_key_text, key_table
+
+    if key_only:
+        sys.stdout.write(answer["key"] + "\n")
+    elif output == "table":
+        _print_table(key_table([answer]))
+        sys.stdout.write(issued_key_text(answer))
+    else:
+        _print_data(answer, output)
+
+
+@keys_app.command("create")
+def keys_create(
+    application: Annotated[str, typer.Argument(help="the application the key is for")],
+    expires_in: ExpiresInOpt = None,
+    import_key_file: Annotated[
+        Path | None,
+        typer.Option(exists=True, dir_okay=False, help="import the opaque key this file holds [issue a signed one]"),
+    ] = None,
+    key_only: KeyOnlyOpt = False,
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Issue an API key (or import one) and print it: the server keeps only its digest."""
+    _check_issue_output(output, key_only)
+    with user_errors():
+        imported = import_key_file.read_text().strip() if import_key_file else None
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            _print_issued(await client.issue_key(application, project, expires_in, imported), output, key_only)
+
+    run_client(call())
+
+
+@keys_app.command("list")
+def keys_list(
+    application: Annotated[str, typer.Argument()],
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """An application's keys (never the keys themselves)."""
+    from meshplane.cli_ops import key_table
+
+    _check_output(output, "table", "yaml", "json")
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            views = await client.list_keys(application, project)
+            if output == "table":
+                _print_table(key_table(views))
+            else:
+                _print_data(views, output)
+
+    run_client(call())
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    application: Annotated[str, typer.Argument()],
+    key_id: Annotated[str, typer.Argument(help="as keys list shows it")],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Revoke a key: every gateway refuses it once its configuration catches up."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            revoked = await client.revoke_key(application, key_id, project)
+            out.print(f"key {revoked['id']} of {revoked['application']} revoked", markup=False, highlight=False)
+
+    run_client(call())
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    application: Annotated[str, typer.Argument()],
+    key_id: Annotated[str, typer.Argument(help="the key to replace")],
+    overlap: Annotated[str | None, typer.Option(help="how long the old key keeps working [24h]")] = None,
+    expires_in: ExpiresInOpt = None,
+    key_only: KeyOnlyOpt = False,
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Issue a key to replace another and print it; the old one works for the overlap, then stops."""
+    _check_issue_output(output, key_only)
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            answer = await client.rotate_key(application, key_id, project, overlap, expires_in)
+            _print_issued(answer, output, key_only)
+
+    run_client(call())
+
+
+@signing_keys_app.command("rotate")
+def signing_keys_rotate(server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """Sign new API keys with a new key; keys signed before keep working until their signer is retired."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            kid = (await client.rotate_signing_key())["kid"]
+            out.print(f"signing key {kid} now signs new API keys", markup=False, highlight=False)
+
+    run_client(call())
+
+
+@signing_keys_app.command("retire")
+def signing_keys_retire(
+    kid: Annotated[str, typer.Argument(help="the signing key's id, as rotate printed it")],
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Retire a signing key: every API key it signed stops working."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            await client.retire_signing_key(kid)
+            out.print(f"signing key {kid} retired", markup=False, highlight=False)
 
     run_client(call())
 

@@ -1,6 +1,6 @@
 """Operating a fleet from a shell: follow an apply until every placed cluster has it (`apply --wait`),
-stream changes (`get -w`), show what an apply would change (`diff`), and read what an agent serves
-(`agent config-dump`).
+stream changes (`get -w`), show what an apply would change (`diff`), read what an agent serves
+(`agent config-dump`), and show API keys (`keys`).
 
 The decisions are pure functions over wire objects (what version each cluster must report, whether a
 rollout is settled, what differs); the runners around them only poll, stream and print.
@@ -356,6 +356,28 @@ async def diff_documents(client: MeshplaneClient, docs: Sequence[Mapping[str, An
         if text := object_diff(object_label(info.kind, meta["name"], scope), current, doc):
             diffs.append(text)
     return diffs
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+
+def key_table(views: Sequence[Mapping[str, Any]]) -> Table:
+    """Keys as the server shows them to anyone: dates and state, never the key."""
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "KIND", "CREATED", "EXPIRES", "REVOKED"):
+        table.add_column(column, no_wrap=True)
+    for view in views:
+        revoked = "yes" if view["revoked"] else "no"
+        table.add_row(view["id"], view["kind"], view["created"], view.get("expires") or "never", revoked)
+    return table
+
+
+def issued_key_text(answer: Mapping[str, Any]) -> str:
+    """The key alone on its line, so it copies whole, and the warning that no one can show it again."""
+    lines = ["", answer["key"], "", "Store this key now: it is not shown again."]
+    if replaced := answer.get("replaces"):
+        lines.append(f"{replaced['id']} keeps working until {replaced['expires']}, then stops.")
+    return "\n".join(lines) + "\n"
 
 
 # --- agent config-dump --------------------------------------------------------------------------

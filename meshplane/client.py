@@ -37,6 +37,16 @@ def object_path(info: KindInfo, project: str | None, name: str | None = None) ->
     return f"{base}/{name}" if name else base
 
 
+def keys_path(project: str, application: str, key_id: str | None = None) -> str:
+    base = f"{object_path(REGISTRY.get('Application'), project, application)}/keys"
+    return f"{base}/{key_id}" if key_id else base
+
+
+def given(**fields: str | None) -> dict[str, str]:
+    """The fields set: one left out takes the server's default."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def load_documents(text: str) -> list[dict[str, Any]]:
     """Every non-empty document of a multi-document YAML (or JSON) text."""
     docs = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -131,6 +141,37 @@ class MeshplaneClient:
     async def delete(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
         info = REGISTRY.resolve(kind)
         return (await self._call("DELETE", object_path(info, project if info.namespaced else None, name))).json()
+
+    async def issue_key(
+        self, application: str, project: str, expires_in: str | None = None, key: str | None = None
+    ) -> dict[str, Any]:
+        """A new API key of an application (or `key`, imported); the answer is the only place it appears."""
+        body = given(expiresIn=expires_in, key=key)
+        return (await self._call("POST", keys_path(project, application), json=body)).json()
+
+    async def list_keys(self, application: str, project: str) -> list[dict[str, Any]]:
+        return (await self._call("GET", keys_path(project, application))).json()["items"]
+
+    async def revoke_key(self, application: str, key_id: str, project: str) -> dict[str, Any]:
+        return (await self._call("DELETE", keys_path(project, application, key_id))).json()
+
+    async def rotate_key(
+        self,
+        application: str,
+        key_id: str,
+        project: str,
+        overlap: str | None = None,
+        expires_in: str | None = None,
+    ) -> dict[str, Any]:
+        """A replacement key; the old one keeps working for `overlap` (the server's default when None)."""
+        body = given(overlap=overlap, expiresIn=expires_in)
+        return (await self._call("POST", f"{keys_path(project, application, key_id)}/rotate", json=body)).json()
+
+    async def rotate_signing_key(self) -> dict[str, Any]:
+        return (await self._call("POST", "/v1/signing-keys/rotate")).json()
+
+    async def retire_signing_key(self, kid: str) -> dict[str, Any]:
+        return (await self._call("DELETE", f"/v1/signing-keys/{kid}")).json()
 
     async def watch(
         self, since: int | None = None, kind: str | None = None, project: str | None = None

@@ -110,7 +110,7 @@ class JwtAuth(WireModel):
             return None
         try:
             keys = json.loads(text).get("keys")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # RecursionError: nesting deeper than json can parse
             keys = None
         if not isinstance(keys, list) or not keys:
             raise ValueError('must be a JSON Web Key Set: {"keys": [...]}')

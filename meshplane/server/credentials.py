@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration, duration_seconds
@@ -31,19 +31,30 @@ KEY_KIND = "ApplicationKey"
 Project = Annotated[str, Path(description="The project (tenant)")]
 Application = Annotated[str, Path(description="The application")]
 DEFAULT_OVERLAP = "24h"
+MAX_LIFETIME_DAYS = 36_500
+
+
+def _within_lifetime(text: str) -> str:
+    """Bounded, so that now plus the duration is still a date rather than an overflow."""
+    if duration_seconds(text) > MAX_LIFETIME_DAYS * 86_400:
+        raise ValueError(f"{text!r} is longer than {MAX_LIFETIME_DAYS} days")
+    return text
+
+
+Lifetime = Annotated[Duration, AfterValidator(_within_lifetime)]
 
 
 class NewKey(WireModel):
-    expires_in: Duration | None = None
+    expires_in: Lifetime | None = None
     """How long the key works; absent: until revoked."""
     key: str | None = Field(default=None, min_length=24, max_length=4096)
     """Import an opaque key issued elsewhere (checked by the enforcer); absent: the server issues one."""
 
 
 class Rotation(WireModel):
-    overlap: Duration = DEFAULT_OVERLAP
+    overlap: Lifetime = DEFAULT_OVERLAP
     """How long the replaced key keeps working beside the new one."""
-    expires_in: Duration | None = None
+    expires_in: Lifetime | None = None
 
 
 def digest(key: str) -> str:

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ class SigningKeys:
     def rotate(self) -> SigningKey:
         """A new key that signs from now on."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        newest = max((path.stat().st_mtime_ns for path in self._paths()), default=0)
         private = ec.generate_private_key(ec.SECP256R1())
         key = SigningKey(_kid(private), private)
         pem = private.private_bytes(
@@ -84,6 +86,9 @@ class SigningKeys:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "wb") as out:
             out.write(pem)
+        # The newest file signs, and file times can tie (coarse clocks) or lie ahead (a clock stepped back).
+        stamp = max(time.time_ns(), newest + 1)
+        os.utime(path, ns=(stamp, stamp))
         log.info("signing key created", kid=key.kid)
         return key
 

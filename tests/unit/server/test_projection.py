@@ -136,3 +136,237 @@ def test_an_object_that_no_longer_validates_is_withdrawn_not_delivered() -> None
     broken = stored("API", "orders", project="shop", spec={"basePath": "no-slash", "backends": []})
     projection.upsert_object(broken)
     assert dict(cache.resources("edge-1", API_TYPE)) == {}
+
+
+# --- followers: subscriptions, applications, keys and policies go where the APIs they touch go -------------------
+
+SUBSCRIPTION_TYPE = REGISTRY.get("Subscription").type_url
+APPLICATION_TYPE = REGISTRY.get("Application").type_url
+KEY_TYPE = REGISTRY.get("ApplicationKey").type_url
+POLICY_TYPE = REGISTRY.get("RateLimitPolicy").type_url
+LABELS = {"edge-1": {"region": "eu"}, "edge-2": {"region": "us"}, "core-1": {"region": "eu"}}
+
+
+def subscription(name: str, api_name: str, plan: str = "default") -> StoredObject:
+    """A subscription of application `mobile` in `shop`."""
+    return stored("Subscription", name, project="shop", spec={"application": "mobile", "api": api_name, "plan": plan})
+
+
+def application() -> StoredObject:
+    return stored("Application", "mobile", project="shop")
+
+
+def application_key(name: str) -> StoredObject:
+    """A key record of application `mobile`."""
+    spec = {"application": "mobile", "created": "2026-01-01T00:00:00Z", "sha256": "0" * 64}
+    return stored("ApplicationKey", name, project="shop", spec=spec)
+
+
+def policy(name: str, target: dict) -> StoredObject:
+    spec = {"target": target, "requestsPerUnit": 10, "unit": "minute"}
+    return stored("RateLimitPolicy", name, project="shop", spec=spec)
+
+
+def fleet(*objects: StoredObject) -> tuple[FleetProjection, ResourceCache]:
+    """A projection over clusters edge-1 (eu), edge-2 (us) and core-1 (eu) holding `objects`."""
+    cache = ResourceCache()
+    projection = FleetProjection(cache)
+    projection.reset(list(objects), [stored("Cluster", c, labels=labels) for c, labels in LABELS.items()])
+    return projection, cache
+
+
+def holders(cache: ResourceCache, type_url: str, name: str) -> set[str]:
+    """The clusters that hold one object of project `shop`."""
+    return {c for c in CLUSTERS if resource_name("shop", name) in cache.resources(c, type_url)}
+
+
+def test_a_subscription_goes_exactly_where_its_api_goes() -> None:
+    projection, cache = fleet(api("orders", {"clusters": ["edge-1"]}), subscription("mobile-orders", "orders"))
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == {"edge-1"}
+
+    projection.upsert_object(api("orders", {"clusterSelector": {"matchLabels": {"region": "eu"}}}))
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == {"edge-1", "core-1"}
+
+    projection.upsert_cluster("core-1", {"region": "us"})
+    projection.upsert_cluster("edge-2", {"region": "eu"})
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == {"edge-1", "edge-2"}
+
+    projection.remove_cluster("edge-1")
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == {"edge-2"}
+
+
+def test_a_subscription_written_before_its_api_follows_it_once_it_exists() -> None:
+    projection, cache = fleet(subscription("mobile-orders", "orders"))
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == set()
+
+    projection.upsert_object(api("orders", {"clusters": ["edge-2"]}))
+
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == {"edge-2"}
+
+
+def test_an_application_and_its_keys_go_wherever_the_project_has_an_api() -> None:
+    elsewhere = stored("API", "orders", project="other", spec=api("orders", {"clusters": ["core-1"]}).spec)
+    projection, cache = fleet(
+        api("orders", {"clusters": ["edge-1"]}),
+        api("billing", {"clusters": ["edge-2"]}),
+        elsewhere,
+        application(),
+        application_key("k-1"),
+    )
+    assert holders(cache, APPLICATION_TYPE, "mobile") == {"edge-1", "edge-2"}
+    assert holders(cache, KEY_TYPE, "k-1") == {"edge-1", "edge-2"}
+
+    projection.upsert_object(api("billing", {"clusters": ["edge-1"]}))
+    projection.upsert_object(application_key("k-2"))
+    assert holders(cache, APPLICATION_TYPE, "mobile") == {"edge-1"}
+    assert holders(cache, KEY_TYPE, "k-1") == holders(cache, KEY_TYPE, "k-2") == {"edge-1"}
+
+    projection.upsert_object(api("orders", {}))
+    assert holders(cache, APPLICATION_TYPE, "mobile") == set(CLUSTERS)
+    assert holders(cache, KEY_TYPE, "k-2") == set(CLUSTERS)
+
+
+def test_an_application_goes_nowhere_while_its_project_has_no_api() -> None:
+    projection, cache = fleet(application(), application_key("k-1"))
+    assert holders(cache, APPLICATION_TYPE, "mobile") == holders(cache, KEY_TYPE, "k-1") == set()
+
+    projection.upsert_object(api("orders", {"clusters": ["core-1"]}))
+    assert holders(cache, APPLICATION_TYPE, "mobile") == holders(cache, KEY_TYPE, "k-1") == {"core-1"}
+
+    projection.remove_object(("API", "shop", "orders"))
+    assert holders(cache, APPLICATION_TYPE, "mobile") == holders(cache, KEY_TYPE, "k-1") == set()
+
+
+def test_the_keys_of_a_deleted_application_go_nowhere() -> None:
+    projection, cache = fleet(api("orders", {}), application(), application_key("k-1"))
+
+    projection.remove_object(("Application", "shop", "mobile"))
+
+    assert holders(cache, KEY_TYPE, "k-1") == set()
+
+
+def test_a_policy_follows_its_target_api() -> None:
+    operation = {"kind": "Operation", "name": "orders", "operation": {"method": "GET", "path": "/items"}}
+    projection, cache = fleet(
+        api("orders", {"clusters": ["edge-1"]}),
+        api("billing", {"clusters": ["edge-2"]}),
+        policy("whole", {"kind": "API", "name": "orders"}),
+        policy("one-operation", operation),
+    )
+    assert holders(cache, POLICY_TYPE, "whole") == holders(cache, POLICY_TYPE, "one-operation") == {"edge-1"}
+
+    projection.upsert_object(api("orders", {"clusterSelector": {"matchLabels": {"region": "eu"}}}))
+    assert holders(cache, POLICY_TYPE, "whole") == holders(cache, POLICY_TYPE, "one-operation") == {"edge-1", "core-1"}
+
+    projection.upsert_object(policy("whole", {"kind": "API", "name": "billing"}))
+    assert holders(cache, POLICY_TYPE, "whole") == {"edge-2"}
+
+
+def test_a_plan_policy_follows_the_subscriptions_on_that_plan() -> None:
+    projection, cache = fleet(
+        api("orders", {"clusters": ["edge-1"]}),
+        api("billing", {"clusters": ["edge-2"]}),
+        api("search", {"clusters": ["core-1"]}),
+        subscription("a", "orders", plan="gold"),
+        subscription("b", "billing", plan="silver"),
+        policy("gold", {"kind": "SubscriptionPlan", "name": "gold"}),
+        policy("gold-on-search", {"kind": "SubscriptionPlan", "name": "gold", "api": "search"}),
+    )
+    assert holders(cache, POLICY_TYPE, "gold") == {"edge-1"}
+    assert holders(cache, POLICY_TYPE, "gold-on-search") == {"core-1"}
+
+    projection.upsert_object(subscription("b", "billing", plan="gold"))
+    assert holders(cache, POLICY_TYPE, "gold") == {"edge-1", "edge-2"}
+
+    projection.remove_object(("Subscription", "shop", "a"))
+    projection.upsert_object(api("billing", {"clusters": ["core-1"]}))
+    assert holders(cache, POLICY_TYPE, "gold") == {"core-1"}
+
+
+def test_deleting_the_api_withdraws_its_subscription_and_policies() -> None:
+    projection, cache = fleet(
+        api("orders", {}),
+        api("billing", {"clusters": ["edge-2"]}),
+        subscription("mobile-orders", "orders", plan="gold"),
+        policy("whole", {"kind": "API", "name": "orders"}),
+        policy("gold", {"kind": "SubscriptionPlan", "name": "gold"}),
+        application(),
+    )
+    assert holders(cache, SUBSCRIPTION_TYPE, "mobile-orders") == set(CLUSTERS)
+
+    projection.remove_object(("API", "shop", "orders"))
+
+    for type_url, name in [(SUBSCRIPTION_TYPE, "mobile-orders"), (POLICY_TYPE, "whole"), (POLICY_TYPE, "gold")]:
+        assert holders(cache, type_url, name) == set()
+    assert holders(cache, APPLICATION_TYPE, "mobile") == {"edge-2"}
+
+
+follower_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("api"), st.sampled_from(["a", "b"]), placements),
+        st.tuples(st.just("drop-api"), st.sampled_from(["a", "b"])),
+        st.tuples(
+            st.just("subscribe"),
+            st.sampled_from(["s1", "s2"]),
+            st.sampled_from(["a", "b"]),
+            st.sampled_from(["gold", "free"]),
+        ),
+        st.tuples(st.just("unsubscribe"), st.sampled_from(["s1", "s2"])),
+        st.tuples(st.just("application"), st.booleans()),
+        st.tuples(st.just("label"), st.sampled_from(CLUSTERS), st.sampled_from(REGIONS)),
+        st.tuples(st.just("drop-cluster"), st.sampled_from(CLUSTERS)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(follower_steps)
+def test_followers_after_any_history_are_where_a_fresh_projection_puts_them(history: list[tuple]) -> None:
+    fixed = [
+        application_key("k-1"),
+        policy("on-a", {"kind": "API", "name": "a"}),
+        policy("gold", {"kind": "SubscriptionPlan", "name": "gold"}),
+    ]
+    projection, cache = fleet(*fixed)
+    clusters = dict(LABELS)
+    objects = {(o.kind, o.name): o for o in fixed}
+    for step in history:
+        match step:
+            case ("api", name, placement):
+                objects[("API", name)] = api(name, placement)
+                projection.upsert_object(objects[("API", name)])
+            case ("drop-api", name):
+                objects.pop(("API", name), None)
+                projection.remove_object(("API", "shop", name))
+            case ("subscribe", name, api_name, plan):
+                objects[("Subscription", name)] = subscription(name, api_name, plan)
+                projection.upsert_object(objects[("Subscription", name)])
+            case ("unsubscribe", name):
+                objects.pop(("Subscription", name), None)
+                projection.remove_object(("Subscription", "shop", name))
+            case ("application", True):
+                objects[("Application", "mobile")] = application()
+                projection.upsert_object(objects[("Application", "mobile")])
+            case ("application", False):
+                objects.pop(("Application", "mobile"), None)
+                projection.remove_object(("Application", "shop", "mobile"))
+            case ("label", cluster, region):
+                clusters[cluster] = {"region": region}
+                projection.upsert_cluster(cluster, clusters[cluster])
+            case ("drop-cluster", cluster):
+                clusters.pop(cluster, None)
+                projection.remove_cluster(cluster)
+
+    apis = {name: obj for (kind, name), obj in objects.items() if kind == "API"}
+    for (kind, name), obj in objects.items():
+        if kind == "Subscription":
+            wanted = {c for c in CLUSTERS if resource_name("shop", obj.spec["api"]) in expected(apis, clusters, c)}
+            assert holders(cache, SUBSCRIPTION_TYPE, name) == wanted
+    rebuilt = ResourceCache()
+    FleetProjection(rebuilt).reset(
+        list(objects.values()), [stored("Cluster", c, labels=lb) for c, lb in clusters.items()]
+    )
+    for cluster in clusters:
+        for type_url in (SUBSCRIPTION_TYPE, APPLICATION_TYPE, KEY_TYPE, POLICY_TYPE):
+            assert cache.resources(cluster, type_url) == rebuilt.resources(cluster, type_url)
