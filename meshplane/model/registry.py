@@ -53,7 +53,10 @@ class KindInfo:
     message: type[Message] | None = None
     """The proto message delivered to agents; None for kinds that stay at the server."""
     writable: bool = True
-    """False for kinds only the system writes (credential records): REST serves them read-only."""
+    """False for kinds only the system writes: REST serves them read-only."""
+    exposed: bool = True
+    """False for kinds neither REST nor the watch serve (credential records: their own endpoints show
+    what may be shown of them)."""
     model: type[Resource] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -173,6 +176,7 @@ REGISTRY = KindRegistry(
             ApplicationKeySpec,
             message=resources_pb2.ApplicationKey,
             writable=False,
+            exposed=False,
         ),
         KindInfo("KeySet", "keysets", Scope.CLUSTER, KeySetSpec, message=resources_pb2.KeySet, writable=False),
     ]

@@ -146,7 +146,8 @@ def _write_routes(
 
 def install_object_routes(app: FastAPI, service: ObjectService) -> None:
     for info in REGISTRY:
-        app.include_router(_kind_router(info, service))
+        if info.exposed:
+            app.include_router(_kind_router(info, service))
     _document_components(app)
 
 
@@ -159,7 +160,7 @@ def _document_components(app: FastAPI) -> None:
             return app.openapi_schema
         schema = generate()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, model in [("ProblemDetail", ProblemDetail), *((info.kind, info.model) for info in REGISTRY)]:
+        for name, model in [("ProblemDetail", ProblemDetail), *((info.kind, info.model) for info in REGISTRY if info.exposed)]:
             model_schema = model.model_json_schema(ref_template=SCHEMA_REF)
             # Nested models become components of their own, where the template's references point.
             for nested, sub in model_schema.pop("$defs", {}).items():

@@ -51,6 +51,8 @@ async def watch_events(
 
 async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | None:
     info = REGISTRY.get(event.kind)
+    if not info.exposed:
+        return None
     key = (event.kind, event.project, event.name)
     if event.op == "delete":
         metadata = {"name": event.name, **({"project": event.project} if event.project else {})}

@@ -390,7 +390,7 @@ async def test_an_api_replaced_with_its_own_routes_does_not_clash_with_itself(cl
 
 # --- credential records are read-only ----------------------------------------------------------------------------
 
-READ_ONLY = [f"{SHOP}/applicationkeys", f"{SHOP}/applicationkeys/k-1", "/v1/keysets", KEY_SET]
+READ_ONLY = ["/v1/keysets", KEY_SET]
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
@@ -404,17 +404,18 @@ async def test_credential_records_refuse_every_write(client: httpx.AsyncClient, 
     assert await key_set(client) == before
 
 
-async def test_credential_records_can_be_read(mobile: httpx.AsyncClient) -> None:
+async def test_the_key_set_can_be_read_and_key_records_only_through_the_keys_endpoint(
+    mobile: httpx.AsyncClient,
+) -> None:
     issued = await issue(mobile)
 
-    listed = await mobile.get(f"{SHOP}/applicationkeys")
-    one = await mobile.get(f"{SHOP}/applicationkeys/{issued['id']}")
     key_sets = await mobile.get("/v1/keysets")
+    records = await mobile.get(f"{SHOP}/applicationkeys")
+    record = await mobile.get(f"{SHOP}/applicationkeys/{issued['id']}")
 
-    assert [item["metadata"]["name"] for item in listed.json()["items"]] == [issued["id"]]
-    assert one.status_code == 200
-    assert one.json()["spec"]["application"] == "mobile"
     assert [item["metadata"]["name"] for item in key_sets.json()["items"]] == ["api-keys"]
+    assert (records.status_code, record.status_code) == (404, 404)
+    assert "applicationkeys" not in json.dumps((await mobile.get("/openapi.json")).json()["paths"])
 
 
 # --- API keys: shown once, kept as digests -------------------------------------------------------------------------
@@ -668,8 +669,9 @@ async def test_deleting_an_application_deletes_its_key_records(mobile: httpx.Asy
     for issued in gone:
         with pytest.raises(NotFound):
             await store.get("ApplicationKey", "shop", issued["id"])
-    listed = (await mobile.get(f"{SHOP}/applicationkeys")).json()["items"]
-    assert [item["metadata"]["name"] for item in listed] == [kept["id"]]
+    listed = (await mobile.get(f"{SHOP}/applications/web/keys")).json()["items"]
+    assert [item["id"] for item in listed] == [kept["id"]]
+    assert (await store.get("ApplicationKey", "shop", kept["id"])).spec["application"] == "web"
 
 
 json_values = st.recursive(
