@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -37,6 +37,10 @@ def _address(value: str) -> str:
 
 
 Address = Annotated[str, AfterValidator(_address)]
+OtlpEndpoint = Annotated[
+    str | None,
+    Field(description="OTLP gRPC collector for traces, e.g. http://127.0.0.1:4317; default $OTEL_EXPORTER_OTLP_ENDPOINT"),
+]
 
 
 class ProcessSettings(BaseSettings):
@@ -90,6 +94,7 @@ class DataPlaneServiceSettings(ProcessSettings):
 class ServerSettings(ProcessSettings):
     http_address: Address = "127.0.0.1:8080"
     grpc_address: Address = "127.0.0.1:18000"
+    otlp_endpoint: OtlpEndpoint = None
     data_dir: Path = Path(".meshplane")
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite file meshplane.db in data_dir"
@@ -114,6 +119,23 @@ class ServerSettings(ProcessSettings):
     compaction_interval: float = Field(default=60.0, gt=0, description="seconds between compactions")
     keepalive_interval: float = Field(default=10.0, gt=0, description="seconds of silence before pinging an agent")
     keepalive_timeout: float = Field(default=10.0, gt=0, description="seconds to wait for its answer")
+    admin_token: SecretStr | None = Field(
+        default=None, description="an admin bearer token to accept (mpt_<id>_<secret>); default: one is made"
+    )
+    metrics_need_token: bool = Field(default=False, description="/metrics asks for a bearer token too")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="largest request body the north API takes")
+    failed_auth_per_minute: int = Field(default=30, ge=1, description="failed authentications a client may make")
+    oidc_issuer: str | None = Field(default=None, description="accept user JWTs from this OpenID issuer")
+    oidc_audience: str | None = None
+    oidc_jwks_uri: str | None = Field(default=None, description="the issuer's key set URL")
+    oidc_jwks: str | None = Field(default=None, description="or its key set, inline JSON")
+    oidc_roles_claim: str = Field(default="meshplane_roles", description="claim listing role or role:project")
+
+    @model_validator(mode="after")
+    def _oidc_keys(self) -> Self:
+        if self.oidc_issuer is not None and (self.oidc_jwks_uri is None) == (self.oidc_jwks is None):
+            raise ValueError("with oidc_issuer, give exactly one of oidc_jwks_uri and oidc_jwks")
+        return self
 
     @property
     def store_url(self) -> str:
@@ -156,6 +178,7 @@ class AgentSettings(ProcessSettings):
         default="127.0.0.1:18003", description="admin HTTP: /config_dump, /metrics, /healthz"
     )
     labels: dict[str, str] = Field(default_factory=dict)
+    otlp_endpoint: OtlpEndpoint = None
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     insecure: bool = Field(default=False, description="plaintext sync to a server started with --insecure")
     tls_cert: Path | None = Field(default=None, description="this cluster's certificate (meshplane certs issue-agent)")

@@ -41,8 +41,13 @@ meshplane demo is running.
   upstream      http://127.0.0.1:{UPSTREAM_PORT}   (echoes what reaches it)
   logs          {{logs}}
 
+The north API wants a bearer token; the server made an admin token for you:
+
+  admin token   {token_file}
+
 Try, in another shell (with the virtualenv active: . .venv/bin/activate):
 
+  export MESHPLANE_TOKEN=$(cat {token_file})
   meshplane apply -f examples/orders-api.yaml
   curl -s http://{GATEWAY}/orders/items          # reaches the upstream as /items
   meshplane get apis -o yaml
@@ -171,7 +176,8 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         )
         async with asyncio.timeout(30):
             await _wait_http(f"http://127.0.0.1:{ENVOY_ADMIN}/ready", gateway, "envoy")
-        print(TOUR.format(logs=logs.resolve(), pki=(data_dir / "server" / "pki").resolve()), flush=True)
+        pki, token_file = (data_dir / "server" / "pki").resolve(), (data_dir / "server" / "admin-token").resolve()
+        print(TOUR.format(logs=logs.resolve(), pki=pki, token_file=token_file), flush=True)
         await stop.wait()
     finally:
         for proc in reversed(children):

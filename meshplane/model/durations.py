@@ -31,3 +31,17 @@ def _check(text: str) -> str:
 
 
 Duration = Annotated[str, AfterValidator(_check)]
+
+
+MAX_LIFETIME_DAYS = 36_500
+
+
+def _within_lifetime(text: str) -> str:
+    """Bounded, so that now plus the duration is still a date rather than an overflow."""
+    if duration_seconds(text) > MAX_LIFETIME_DAYS * 86_400:
+        raise ValueError(f"{text!r} is longer than {MAX_LIFETIME_DAYS} days")
+    return text
+
+
+Lifetime = Annotated[Duration, AfterValidator(_within_lifetime)]
+"""How long a credential lives (a key, a token, an overlap)."""

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, create_model
 from meshplane.model.meta import parse_label_selector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import API_VERSION, FieldError, Resource
+from meshplane.server.auth.guard import Caller
+from meshplane.server.auth.principal import require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import PROBLEM_JSON, Problem
 
@@ -19,6 +21,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (400, "Bad request"),
         (404, "Not found"),
         (409, "Conflict: exists already, or a stale resourceVersion"),
+        (401, "No valid bearer token"),
+        (403, "The token's role may not do this"),
         (422, "Invalid object, with field paths"),
     )
 }
@@ -60,16 +64,27 @@ async def _read_json(request: Request) -> Any:
         raise Problem(400, "the body is not valid JSON") from None
 
 
-def _project_dependency(info: KindInfo) -> Any:
-    """The `{project}` path parameter for project-scoped kinds; None for cluster-scoped ones."""
+def _project_dependency(info: KindInfo, writing: bool = False) -> Any:
+    """The `{project}` path parameter for project-scoped kinds (None for cluster-scoped ones), once the
+    caller may read there, or (`writing`) change this kind there. Another project's objects answer 404."""
     if info.namespaced:
 
-        def project_of(project: Annotated[str, Path(description="The project (tenant)")]) -> str | None:
+        def project_of(
+            project: Annotated[str, Path(description="The project (tenant)")], principal: Caller
+        ) -> str | None:
+            if writing:
+                require_write(principal, info.kind, project)
+            else:
+                require_project(principal, project)
             return project
 
         return Depends(project_of)
 
-    def no_project() -> str | None:
+    def no_project(request: Request, principal: Caller) -> str | None:
+        if writing:
+            require_write(principal, info.kind, None)
+        if info.kind == "Project" and "name" in request.path_params:
+            require_project(principal, request.path_params["name"])
         return None
 
     return Depends(no_project)
@@ -92,6 +107,7 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     @router.get(base, summary=f"List {info.plural}", response_model=_list_model(info), response_model_exclude_none=True)
     async def list_(
         project: Project,
+        principal: Caller,
         label_selector: Annotated[str | None, Query(alias="labelSelector")] = None,
         limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
         continue_token: Annotated[str | None, Query(alias="continue")] = None,
@@ -101,10 +117,13 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
         except ValueError as exc:
             raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
         page = await service.list(info, project, selector, limit, continue_token)
+        items = page.items
+        if info.kind == "Project":
+            items = [item for item in items if principal.sees(item.metadata.name)]
         metadata = {"resourceVersion": str(page.revision)}
         if page.continue_token:
             metadata["continue"] = page.continue_token
-        return {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": metadata, "items": page.items}
+        return {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": metadata, "items": items}
 
     return router
 
@@ -116,7 +135,7 @@ def _write_routes(
     ref = SCHEMA_REF.format(model=info.kind)
     body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": ref}}}}}
     patch_body = {"requestBody": {"content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}}
-    Project = Annotated[str | None, _project_dependency(info)]
+    Project = Annotated[str | None, _project_dependency(info, writing=True)]
 
     @router.post(base, status_code=201, openapi_extra=body, summary=f"Create a {info.kind}", **opts)
     async def create(request: Request, response: Response, project: Project) -> Resource:
@@ -160,7 +179,10 @@ def _document_components(app: FastAPI) -> None:
             return app.openapi_schema
         schema = generate()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for name, model in [("ProblemDetail", ProblemDetail), *((info.kind, info.model) for info in REGISTRY if info.exposed)]:
+        for name, model in [
+            ("ProblemDetail", ProblemDetail),
+            *((info.kind, info.model) for info in REGISTRY if info.exposed),
+        ]:
             model_schema = model.model_json_schema(ref_template=SCHEMA_REF)
             # Nested models become components of their own, where the template's references point.
             for nested, sub in model_schema.pop("$defs", {}).items():

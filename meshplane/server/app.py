@@ -9,8 +9,11 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane import __version__
+from meshplane.observability.http_tracing import TraceRequests
 from meshplane.observability.metrics import HTTP_LATENCY, HTTP_REQUESTS
 from meshplane.server.api import install_object_routes
+from meshplane.server.auth.guard import Authenticator, current_principal
+from meshplane.server.hardening import DEFAULT_MAX_BODY, RequestLimits
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
 from meshplane.server.watch import watch_router
@@ -26,13 +29,23 @@ def _route_template(request: Request) -> str:
     return getattr(request.scope.get("route"), "path", None) or "unmatched"
 
 
-def create_app(store: Store, ready: Callable[[], bool] = lambda: True) -> FastAPI:
+def create_app(
+    store: Store,
+    ready: Callable[[], bool] = lambda: True,
+    authenticator: Authenticator | None = None,
+    metrics_need_token: bool = False,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> FastAPI:
+    """The north API. The server process always passes an authenticator; without one (in-process tests)
+    every caller is an admin."""
     app = FastAPI(
         title="meshplane",
         version=__version__,
         description="Multi-cluster control plane for API management and L7 traffic.",
     )
+    app.state.authenticator = authenticator
     install_problem_handlers(app)
+    app.add_middleware(RequestLimits, max_body=max_body)
 
     @app.middleware("http")
     async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -60,9 +73,12 @@ def create_app(store: Store, ready: Callable[[], bool] = lambda: True) -> FastAP
         return {"status": "ok"}
 
     @app.get("/metrics", tags=["Health"], summary="Prometheus metrics", include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if metrics_need_token:
+            await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     install_object_routes(app, ObjectService(store))
     app.include_router(watch_router(store))
+    app.add_middleware(TraceRequests)  # outermost: the span covers every layer, the caller's traceparent first
     return app

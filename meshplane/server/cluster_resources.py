@@ -11,6 +11,8 @@ from meshplane.model.manifests import MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.wire import from_message
 from meshplane.proto.v1 import resources_pb2
+from meshplane.server.auth.guard import Caller
+from meshplane.server.auth.principal import require_fleet_wide
 from meshplane.server.problems import Problem
 from meshplane.server.projection import FleetProjection
 from meshplane.xds.resource import VersionedResource
@@ -44,8 +46,10 @@ def cluster_resources_router(projection: FleetProjection) -> APIRouter:
     )
     async def cluster_resources(
         name: str,
+        principal: Caller,
         output: Annotated[Literal["json", "yaml"], Query(description="yaml: the objects, ready for kubectl")] = "json",
     ) -> Any:
+        require_fleet_wide(principal, "a cluster's partition")
         if name not in projection.clusters:
             raise Problem(404, f"cluster {name!r} not found")
         items = [

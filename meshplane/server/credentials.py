@@ -15,11 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from meshplane.model.base import WireModel
-from meshplane.model.durations import Duration, duration_seconds
+from meshplane.model.durations import Lifetime, duration_seconds
 from meshplane.model.registry import REGISTRY
+from meshplane.server.auth.guard import Caller
+from meshplane.server.auth.principal import require_fleet_wide, require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem
 from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
@@ -31,17 +33,6 @@ KEY_KIND = "ApplicationKey"
 Project = Annotated[str, Path(description="The project (tenant)")]
 Application = Annotated[str, Path(description="The application")]
 DEFAULT_OVERLAP = "24h"
-MAX_LIFETIME_DAYS = 36_500
-
-
-def _within_lifetime(text: str) -> str:
-    """Bounded, so that now plus the duration is still a date rather than an overflow."""
-    if duration_seconds(text) > MAX_LIFETIME_DAYS * 86_400:
-        raise ValueError(f"{text!r} is longer than {MAX_LIFETIME_DAYS} days")
-    return text
-
-
-Lifetime = Annotated[Duration, AfterValidator(_within_lifetime)]
 
 
 class NewKey(WireModel):
@@ -193,29 +184,43 @@ def credentials_router(credentials: Credentials) -> APIRouter:
     base = "/v1/projects/{project}/applications/{application}/keys"
 
     @router.post(base, status_code=201, summary="Issue (or import) an API key; the key is shown only here")
-    async def issue(project: Project, application: Application, body: Annotated[NewKey | None, Body()] = None) -> Any:
+    async def issue(
+        project: Project, application: Application, principal: Caller, body: Annotated[NewKey | None, Body()] = None
+    ) -> Any:
+        require_write(principal, KEY_KIND, project)
         return await credentials.issue(project, application, body or NewKey())
 
     @router.get(base, summary="List an application's keys (never the keys themselves)")
-    async def list_keys(project: Project, application: Application) -> Any:
+    async def list_keys(project: Project, application: Application, principal: Caller) -> Any:
+        require_project(principal, project)
         return {"items": await credentials.list(project, application)}
 
     @router.delete(f"{base}/{{key_id}}", summary="Revoke a key: every gateway refuses it after the next push")
-    async def revoke(project: Project, application: Application, key_id: str) -> Any:
+    async def revoke(project: Project, application: Application, key_id: str, principal: Caller) -> Any:
+        require_write(principal, KEY_KIND, project)
         return await credentials.revoke(project, application, key_id)
 
     @router.post(f"{base}/{{key_id}}/rotate", status_code=201, summary="Replace a key, with an overlap window")
     async def rotate(
-        project: Project, application: Application, key_id: str, body: Annotated[Rotation | None, Body()] = None
+        project: Project,
+        application: Application,
+        key_id: str,
+        principal: Caller,
+        body: Annotated[Rotation | None, Body()] = None,
     ) -> Any:
+        require_write(principal, KEY_KIND, project)
         return await credentials.rotate(project, application, key_id, body or Rotation())
 
     @router.post("/v1/signing-keys/rotate", status_code=201, summary="Sign new API keys with a new key")
-    async def rotate_signing() -> Any:
+    async def rotate_signing(principal: Caller) -> Any:
+        require_fleet_wide(principal, "the signing keys")
+        require_write(principal, "KeySet", None)
         return await credentials.rotate_signing_key()
 
     @router.delete("/v1/signing-keys/{kid}", summary="Retire a signing key: keys it signed stop working")
-    async def retire_signing(kid: str) -> Any:
+    async def retire_signing(kid: str, principal: Caller) -> Any:
+        require_fleet_wide(principal, "the signing keys")
+        require_write(principal, "KeySet", None)
         return await credentials.retire_signing_key(kid)
 
     return router

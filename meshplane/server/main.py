@@ -13,11 +13,18 @@ from envoy.config.core.v3 import base_pb2
 
 from meshplane.config import ServerSettings, split_address
 from meshplane.model.meta import check_name
+from meshplane.observability.grpc_metrics import MeasureCalls
+from meshplane.observability.grpc_tracing import TraceUnaryHandlers
 from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
 from meshplane.security.tls import INSECURE_WARNING, server_credentials
 from meshplane.server.app import create_app
+from meshplane.server.auth.guard import Authenticator, FailureBrake
+from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
+from meshplane.server.auth.routes import tokens_router
+from meshplane.server.auth.tokens import TokenService
 from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.compaction import Compactor
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
@@ -87,12 +94,14 @@ class ClusterPresence(NoCallbacks):
 
     async def on_stream_open(self, node: base_pb2.Node, group: str, delta: bool) -> None:
         self.streams[group] = self.streams.get(group, 0) + 1
+        CONNECTED_AGENTS.set(len(self.streams))
         await self.clusters.update_status(group, connected=True, lastSeen=now())
 
     async def on_stream_close(self, node: base_pb2.Node, group: str) -> None:
         self.streams[group] = self.streams.get(group, 1) - 1
         if self.streams[group] <= 0:
             self.streams.pop(group, None)
+            CONNECTED_AGENTS.set(len(self.streams))
             await self.clusters.update_status(group, connected=False, lastSeen=now())
 
 
@@ -101,6 +110,21 @@ async def ensure_default_project(store: Store) -> None:
     if await store.current_revision() == 0:
         with contextlib.suppress(AlreadyExists):
             await store.create("Project", "", DEFAULT_PROJECT, spec={"description": "Default project"})
+
+
+def authenticator_for(settings: ServerSettings, tokens: TokenService) -> Authenticator:
+    oidc = None
+    if settings.oidc_issuer is not None:
+        oidc = OidcVerifier(
+            OidcSettings(
+                issuer=settings.oidc_issuer,
+                audience=settings.oidc_audience,
+                jwks_uri=settings.oidc_jwks_uri,
+                jwks=settings.oidc_jwks,
+                roles_claim=settings.oidc_roles_claim,
+            )
+        )
+    return Authenticator(tokens, oidc, FailureBrake(settings.failed_auth_per_minute))
 
 
 async def run_server(
@@ -118,6 +142,9 @@ async def run_server(
     await ensure_default_project(store)
     signing = SigningKeys(settings.data_dir / "signing")
     await publish_key_set(store, signing)
+    tokens = TokenService(store)
+    configured = settings.admin_token.get_secret_value() if settings.admin_token else None
+    await tokens.bootstrap(settings.data_dir / "admin-token", configured)
     cache = ResourceCache()
     projection = FleetProjection(cache)
     feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
@@ -127,7 +154,11 @@ async def run_server(
     compactor = Compactor(store, leadership, settings.event_retention, settings.compaction_interval)
 
     grpc_server = grpc.aio.server(
-        interceptors=None if grpc_credentials is None else [ClusterIdentityInterceptor()],
+        interceptors=[
+            MeasureCalls(),
+            TraceUnaryHandlers(),
+            *([] if grpc_credentials is None else [ClusterIdentityInterceptor()]),
+        ],
         options=keepalive_options(settings.keepalive_interval, settings.keepalive_timeout),
     )
     add_to_server(
@@ -142,7 +173,14 @@ async def run_server(
     else:
         grpc_server.add_secure_port(settings.grpc_address, grpc_credentials)
 
-    app = create_app(store, ready=feeder.ready.is_set)
+    app = create_app(
+        store,
+        ready=feeder.ready.is_set,
+        authenticator=authenticator_for(settings, tokens),
+        metrics_need_token=settings.metrics_need_token,
+        max_body=settings.max_body_bytes,
+    )
+    app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))
     app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)

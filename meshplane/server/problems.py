@@ -22,15 +22,26 @@ log = get_logger("meshplane.server.problems")
 class Problem(Exception):
     """An error the API answers with as it is: status, title, detail and optional field errors."""
 
-    def __init__(self, status: int, detail: str, errors: list[FieldError] | None = None):
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        errors: list[FieldError] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.errors = errors or []
+        self.headers = headers or {}
 
 
 def problem_response(
-    request: Request, status: int, detail: str, errors: list[FieldError] | None = None
+    request: Request,
+    status: int,
+    detail: str,
+    errors: list[FieldError] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {
         "type": "about:blank",
@@ -41,7 +52,7 @@ def problem_response(
     }
     if errors:
         body["errors"] = [e.to_wire() for e in errors]
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _request_errors(exc: RequestValidationError) -> list[FieldError]:
@@ -64,7 +75,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def problem(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, Problem):
-            return problem_response(request, exc.status, exc.detail, exc.errors)
+            return problem_response(request, exc.status, exc.detail, exc.errors, exc.headers)
         if isinstance(exc, InvalidObject):
             return problem_response(request, 422, "the object is not valid", exc.errors)
         if isinstance(exc, RequestValidationError):

@@ -11,6 +11,8 @@ from sse_starlette.sse import EventSourceResponse
 
 from meshplane.model.registry import REGISTRY, UnknownKind
 from meshplane.model.resource import API_VERSION, FieldError
+from meshplane.server.auth.guard import Caller
+from meshplane.server.auth.principal import require_project
 from meshplane.server.objects import to_resource
 from meshplane.server.problems import Problem
 from meshplane.store.errors import Compacted, NotFound
@@ -78,6 +80,7 @@ def watch_router(store: Store) -> APIRouter:
 
     @router.get("/v1/watch", summary="Stream changes as Server-Sent Events")
     async def watch(
+        principal: Caller,
         since: Annotated[int | None, Query(ge=0, description="Revision to start after; default: now")] = None,
         kind: Annotated[str | None, Query(description="Only this kind (name or plural)")] = None,
         project: Annotated[str | None, Query()] = None,
@@ -86,6 +89,9 @@ def watch_router(store: Store) -> APIRouter:
             kind_name = REGISTRY.resolve(kind).kind if kind else None
         except UnknownKind as exc:
             raise Problem(400, str(exc), [FieldError(path="kind", message=str(exc))]) from None
+        if principal.project is not None:
+            require_project(principal, project or principal.project)
+            project = principal.project
         current = await store.current_revision()
         # A revision from the future (another server's, or a typo) means "from now", not "wait until then".
         start = current if since is None else min(since, current)

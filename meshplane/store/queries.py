@@ -10,10 +10,12 @@ from typing import Any
 from sqlalchemy import and_, delete, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from meshplane.store.records import Delivery, Event, StoredObject
-from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects
+from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
+from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, tokens
 
-_EVENT_COLUMNS = [events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context")]
+_EVENT_COLUMNS = [
+    events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context", "created_at")
+]
 
 
 def _key(kind: str, project: str, name: str) -> Any:
@@ -151,3 +153,18 @@ async def last_revision_before(conn: AsyncConnection, at: datetime) -> int | Non
     """The newest event revision written before `at`, if any: where a time-based compaction may cut."""
     statement = select(events.c.revision).where(events.c.created_at < at).order_by(events.c.revision.desc()).limit(1)
     return (await conn.execute(statement)).scalar_one_or_none()
+
+
+async def insert_token(conn: AsyncConnection, token: TokenRecord) -> None:
+    await conn.execute(insert(tokens).values(**asdict(token)))
+
+
+async def load_tokens(conn: AsyncConnection, token_id: str | None = None) -> list[TokenRecord]:
+    query = select(tokens).order_by(tokens.c.created_at, tokens.c.id)
+    if token_id is not None:
+        query = query.where(tokens.c.id == token_id)
+    return [TokenRecord(**row._mapping) for row in await conn.execute(query)]
+
+
+async def revoke_token(conn: AsyncConnection, token_id: str) -> int:
+    return (await conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked=True))).rowcount

@@ -33,6 +33,7 @@ class Event:
     project: str
     name: str
     trace_context: dict[str, Any] | None
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +48,17 @@ class Delivery:
     state: str
     message: str
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A north-API bearer token as the store keeps it: whom it speaks for and a digest of its secret."""
+
+    id: str
+    name: str
+    role: str
+    project: str | None
+    digest: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked: bool

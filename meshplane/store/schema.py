@@ -112,3 +112,17 @@ idempotency_keys = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_idempotency_keys_created_at", "created_at"),
 )
+
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", Key, primary_key=True),
+    Column("name", String, nullable=False),
+    Column("role", String, nullable=False),
+    Column("project", Key, nullable=True),
+    Column("digest", String, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=True),
+    Column("revoked", Boolean, nullable=False),
+    CheckConstraint("role IN ('admin', 'publisher', 'subscriber', 'viewer')", name="ck_tokens_role"),
+)

@@ -10,21 +10,25 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from uuid import uuid4
 
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.observability.metrics import STORE_LATENCY
+from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
-from meshplane.store.records import Delivery, Event, StoredObject
+from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
 
 NOTIFY_CHANNEL = "meshplane_events"
 _LIST_BATCH = 500
@@ -34,6 +38,25 @@ _POLL_INTERVAL = 0.5
 def _plain(value: dict[str, Any]) -> dict[str, Any]:
     """The value as it will read back from a JSON column, so that "unchanged" compares like with like."""
     return json.loads(json.dumps(value, allow_nan=False))
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _timed(operation: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """Time a store operation under its own name: its transaction, and any wait for the writer slot."""
+    histogram = STORE_LATENCY.labels(operation.__name__)
+
+    @functools.wraps(operation)
+    async def timed(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        started = time.perf_counter()
+        try:
+            return await operation(*args, **kwargs)
+        finally:
+            histogram.observe(time.perf_counter() - started)
+
+    return timed
 
 
 @dataclass(slots=True)
@@ -131,6 +154,7 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------------------
 
+    @_timed
     async def create(
         self,
         kind: str,
@@ -145,13 +169,14 @@ class Store:
     ) -> StoredObject:
         """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1)."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
-        async with self._writing() as write:
+        async with self._writing_object(kind, project, name) as write:
             current = await queries.load(write.conn, kind, project, name)
             if current is not None and not current.deleted:
                 raise AlreadyExists(kind, project, name)
             obj = write.born(kind, project, name, spec, labels, annotations, origin)
             return await write.record(obj, "create", trace_context, row_exists=current is not None)
 
+    @_timed
     async def put(
         self,
         kind: str,
@@ -167,7 +192,7 @@ class Store:
     ) -> tuple[StoredObject, bool]:
         """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
-        async with self._writing() as write:
+        async with self._writing_object(kind, project, name) as write:
             current = await queries.load(write.conn, kind, project, name)
             if current is None or current.deleted:
                 if expected_revision is not None:
@@ -193,6 +218,7 @@ class Store:
             )
             return await write.record(obj, "update", trace_context, row_exists=True), False
 
+    @_timed
     async def delete(
         self,
         kind: str,
@@ -203,12 +229,13 @@ class Store:
         trace_context: dict | None = None,
     ) -> StoredObject:
         """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it."""
-        async with self._writing() as write:
+        async with self._writing_object(kind, project, name) as write:
             current = await _live(write.conn, kind, project, name)
             _check_expected(current, expected_revision)
             obj = write.changed_from(current, deleted=True)
             return await write.record(obj, "delete", trace_context, row_exists=True)
 
+    @_timed
     async def set_status(self, kind: str, project: str, name: str, status: dict) -> StoredObject:
         """Replace the status under its own event op, so consumers of spec can skip status-only changes."""
         status = _plain(status)
@@ -219,6 +246,7 @@ class Store:
             obj = write.changed_from(current, status=status)
             return await write.record(obj, "status", None, row_exists=True)
 
+    @_timed
     async def merge_status(self, kind: str, project: str, name: str, fields: dict) -> StoredObject:
         """Set some status fields, keeping the others, atomically: writers of different fields (presence,
         roll-up, reports) never undo each other."""
@@ -231,6 +259,7 @@ class Store:
             obj = write.changed_from(current, status=status)
             return await write.record(obj, "status", None, row_exists=True)
 
+    @_timed
     async def compact(self, keep_after: int) -> int:
         """Forget events and tombstones at or below `keep_after` (capped at the current revision)."""
         async with self._exclusive() as conn:
@@ -241,6 +270,7 @@ class Store:
             await conn.commit()
         return removed
 
+    @_timed
     async def record_deliveries(self, deliveries: Iterable[Delivery], idempotency_key: str | None = None) -> bool:
         """Keep what clusters reported, in one transaction with its idempotency key.
 
@@ -256,6 +286,7 @@ class Store:
             await conn.commit()
         return True
 
+    @_timed
     async def claim_idempotency_key(self, key: str) -> bool:
         """Record a key on its own, for reports whose effects are ordinary (revisioned) writes."""
         async with self._exclusive() as conn:
@@ -263,32 +294,62 @@ class Store:
             await conn.commit()
         return claimed
 
+    @_timed
     async def forget_idempotency_keys(self, before: datetime) -> int:
         async with self._exclusive() as conn:
             removed = await queries.forget_keys(conn, before)
             await conn.commit()
         return removed
 
+    @_timed
     async def forget_deliveries(self, kind: str, project: str, name: str) -> None:
         """Drop every cluster's delivery record of an object that is gone."""
         async with self._exclusive() as conn:
             await queries.drop_deliveries(conn, kind, project, name)
             await conn.commit()
 
+    @_timed
+    async def add_token(self, token: TokenRecord) -> None:
+        async with self._exclusive() as conn:
+            await queries.insert_token(conn, token)
+            await conn.commit()
+
+    @_timed
+    async def revoke_token(self, token_id: str) -> bool:
+        async with self._exclusive() as conn:
+            found = await queries.revoke_token(conn, token_id)
+            await conn.commit()
+        return found > 0
+
     # -- reads ---------------------------------------------------------------------------------------------
 
+    @_timed
+    async def token(self, token_id: str) -> TokenRecord | None:
+        async with self._reading() as conn:
+            found = await queries.load_tokens(conn, token_id)
+        return found[0] if found else None
+
+    @_timed
+    async def tokens(self) -> builtins.list[TokenRecord]:
+        async with self._reading() as conn:
+            return await queries.load_tokens(conn)
+
+    @_timed
     async def deliveries_changed(self, since: datetime | None = None) -> builtins.list[Delivery]:
         async with self._reading() as conn:
             return await queries.deliveries_changed(conn, since)
 
+    @_timed
     async def deliveries_of(self, keys: Iterable[tuple[str, str, str]]) -> builtins.list[Delivery]:
         async with self._reading() as conn:
             return await queries.deliveries_of(conn, keys)
 
+    @_timed
     async def get(self, kind: str, project: str, name: str) -> StoredObject:
         async with self._reading() as conn:
             return await _live(conn, kind, project, name)
 
+    @_timed
     async def list(
         self,
         kind: str,
@@ -317,12 +378,14 @@ class Store:
                 after = (batch[-1].project, batch[-1].name)
         return items[:limit], revision
 
+    @_timed
     async def snapshot(self, kinds: Iterable[str]) -> tuple[int, builtins.list[StoredObject]]:
         """Every live object of `kinds` and the revision they are consistent at; tail events after it."""
         async with self._reading() as conn:
             revision, _ = await queries.read_meta(conn)
             return revision, await queries.live_objects(conn, kinds)
 
+    @_timed
     async def events_since(self, revision: int, limit: int = 1000) -> builtins.list[Event]:
         """Events after `revision`, oldest first; Compacted when some of them are already gone."""
         async with self._reading() as conn:
@@ -331,10 +394,12 @@ class Store:
                 raise Compacted(revision, floor)
             return await queries.events_after(conn, revision, limit)
 
+    @_timed
     async def last_revision_before(self, at: datetime) -> int | None:
         async with self._reading() as conn:
             return await queries.last_revision_before(conn, at)
 
+    @_timed
     async def current_revision(self) -> int:
         async with self._reading() as conn:
             revision, _ = await queries.read_meta(conn)
@@ -382,6 +447,19 @@ class Store:
                 await conn.commit()
         if write.changed:
             self._wake()
+
+    @contextlib.asynccontextmanager
+    async def _writing_object(self, kind: str, project: str, name: str) -> AsyncIterator[_Write]:
+        """`_writing` for a change of an object's content, in a span (the child of the write that asked for it)."""
+        attributes = {"db.system.name": self.dialect, "meshplane.kind": kind, "meshplane.name": name}
+        if project:
+            attributes["meshplane.project"] = project
+        with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
+            async with self._writing() as write:
+                yield write
+            span.set_attribute("meshplane.changed", write.changed)
+            if write.changed:
+                span.set_attribute("meshplane.revision", write.revision)
 
     @contextlib.asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import httpx
 
 from meshplane.security.ca import CertificateFiles, Pki
 from tests.harness.process import Process, free_port, port_open, running
@@ -48,6 +49,24 @@ class ServerProcess:
     @property
     def pki(self) -> Pki:
         return Pki.of_data_dir(self.data_dir)
+
+    @property
+    def token(self) -> str:
+        """The admin token the server wrote on its first start."""
+        return (self.data_dir / "admin-token").read_text().strip()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    @property
+    def cli_env(self) -> dict[str, str]:
+        """What a `meshplane` CLI run needs to reach this server as its admin."""
+        return {"MESHPLANE_SERVER": self.url, "MESHPLANE_TOKEN": self.token}
+
+    def http(self, timeout: float | httpx.Timeout = 10.0) -> httpx.Client:
+        """A client of the north API, signed in as the admin."""
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
 
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""

@@ -1,0 +1,83 @@
+"""Authentication of north-API requests, and a brake on clients that keep failing it.
+
+Every route depends on `current_principal`: the bearer token (ours, or an OIDC JWT when configured)
+decides who the caller is. A client address with too many failed attempts in a minute gets 429 until
+the minute has passed, so tokens cannot be guessed at speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from meshplane.server.auth.oidc import OidcVerifier
+from meshplane.server.auth.principal import OPEN, Principal
+from meshplane.server.auth.tokens import PREFIX, TokenService
+from meshplane.server.problems import Problem
+
+WINDOW = 60.0
+
+
+@dataclass
+class FailureBrake:
+    limit: int = 30
+    failures: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
+
+    def check(self, client: str) -> None:
+        recent = self._recent(client)
+        if len(recent) >= self.limit:
+            retry = int(WINDOW - (time.monotonic() - recent[0])) + 1
+            raise Problem(429, "too many failed authentications; try again later", headers={"Retry-After": str(retry)})
+
+    def failed(self, client: str) -> None:
+        self._recent(client).append(time.monotonic())
+
+    def _recent(self, client: str) -> deque[float]:
+        recent = self.failures[client]
+        horizon = time.monotonic() - WINDOW
+        while recent and recent[0] < horizon:
+            recent.popleft()
+        if not recent:
+            self.failures.pop(client, None)
+            recent = self.failures[client]
+        return recent
+
+
+@dataclass
+class Authenticator:
+    tokens: TokenService
+    oidc: OidcVerifier | None = None
+    brake: FailureBrake = field(default_factory=FailureBrake)
+
+    async def authenticate(self, request: Request) -> Principal:
+        client = request.client.host if request.client else "unknown"
+        self.brake.check(client)
+        scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+        principal = None
+        if scheme.lower() == "bearer" and credential:
+            credential = credential.strip()
+            if credential.startswith(PREFIX + "_"):
+                principal = await self.tokens.verify(credential)
+            elif self.oidc is not None:
+                principal = await self.oidc.verify(credential)
+        if principal is None:
+            self.brake.failed(client)
+            reason = "a bearer token is required" if not credential else "the bearer token is not valid"
+            raise Problem(401, reason, headers={"WWW-Authenticate": 'Bearer realm="meshplane"'})
+        return principal
+
+
+async def current_principal(request: Request) -> Principal:
+    """Who the request speaks for; an app built without an authenticator (in-process tests) is open."""
+    authenticator: Authenticator | None = getattr(request.app.state, "authenticator", None)
+    if authenticator is None:
+        return OPEN
+    return await authenticator.authenticate(request)
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+"""A route parameter: the principal of the request, authenticated."""
