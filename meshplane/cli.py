@@ -33,11 +33,16 @@ keys_app = typer.Typer(no_args_is_help=True, help="API keys of an application: c
 app.add_typer(keys_app, name="keys")
 signing_keys_app = typer.Typer(no_args_is_help=True, help="The server's keys that sign API keys: rotate, retire.")
 app.add_typer(signing_keys_app, name="signing-keys")
+tokens_app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the north API: create, list, revoke.")
+app.add_typer(tokens_app, name="tokens")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file", envvar="MESHPLANE_CONFIG")]
 LogFormatOpt = Annotated[LogFormat | None, typer.Option("--log-format", help="json (default) or text")]
+OtlpEndpointOpt = Annotated[
+    str | None, typer.Option("--otlp-endpoint", help="send traces to this OTLP gRPC collector [off]")
+]
 ServerUrl = Annotated[str, typer.Option("--server", envvar="MESHPLANE_SERVER", help="north API URL")]
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar="MESHPLANE_TOKEN", help="bearer token")]
 ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PROJECT", help="project")]
@@ -102,8 +107,10 @@ def server(
         list[str] | None, typer.Option(help="extra name / IP for the created server certificate (repeatable)")
     ] = None,
     log_format: LogFormatOpt = None,
+    otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
     """Run the management server."""
+    from meshplane.observability.tracing import configure_tracing
     from meshplane.security.ca import PkiError
     from meshplane.server.main import run_server
 
@@ -120,8 +127,10 @@ def server(
         tls_ca=tls_ca,
         tls_server_names=tls_server_name,
         log_format=log_format,
+        otlp_endpoint=otlp_endpoint,
     )
     configure_logging(settings.log_format, settings.log_level)
+    configure_tracing("meshplane-server", settings.otlp_endpoint)
     try:
         run_until_signalled(lambda stop: run_server(settings, stop))
     except PkiError as exc:
@@ -175,11 +184,13 @@ def agent(
         str | None, typer.Option(help="rate limiter unreachable: open or closed [open]")
     ] = None,
     log_format: LogFormatOpt = None,
+    otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
     if ctx.invoked_subcommand is not None:
         return
     from meshplane.agent.runtime import Agent
+    from meshplane.observability.tracing import configure_tracing
     from meshplane.security.ca import PkiError
 
     settings = _load_settings(
@@ -203,8 +214,10 @@ def agent(
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,
         log_format=log_format,
+        otlp_endpoint=otlp_endpoint,
     )
     configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)
+    configure_tracing("meshplane-agent", settings.otlp_endpoint)
     try:
         process = Agent(settings)
     except PkiError as exc:
@@ -706,6 +719,63 @@ def crds(
             if stale.name not in files and stale.read_text().startswith(GENERATED_HEADER):
                 stale.unlink()
                 out.print(f"removed {stale}", highlight=False)
+
+
+@tokens_app.command("create")
+def tokens_create(
+    name: Annotated[str, typer.Argument(help="what the token is for, e.g. ci-shop")],
+    role: Annotated[str, typer.Option(help="admin, publisher, subscriber or viewer")],
+    project: Annotated[str | None, typer.Option("-p", "--project", help="the one project it covers [all]")] = None,
+    expires_in: Annotated[str | None, typer.Option("--expires-in", help="e.g. 720h [until revoked]")] = None,
+    token_only: Annotated[bool, typer.Option("--token-only", help="print the token alone")] = False,
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
+    """Create a bearer token and print it once: the server keeps only its digest."""
+    from meshplane.cli_ops import token_table
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            answer = await client.create_token(name, role, project, expires_in)
+        if token_only:
+            sys.stdout.write(answer["token"] + "\n")
+            return
+        _print_table(token_table([answer]))
+        sys.stdout.write(f"\n{answer['token']}\n\nStore this token now: it is not shown again.\n")
+
+    run_client(call())
+
+
+@tokens_app.command("list")
+def tokens_list(output: OutputOpt = "table", server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """Every token (never the tokens themselves)."""
+    from meshplane.cli_ops import token_table
+
+    _check_output(output, "table", "yaml", "json")
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            views = await client.list_tokens()
+        if output == "table":
+            _print_table(token_table(views))
+        else:
+            _print_data(views, output)
+
+    run_client(call())
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token_id: Annotated[str, typer.Argument()], server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None
+) -> None:
+    """Revoke a token: every server refuses it within seconds."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            await client.revoke_token(token_id)
+        out.print(f"token {token_id} revoked", highlight=False)
+
+    run_client(call())
 
 
 def main() -> None:

@@ -380,6 +380,22 @@ def issued_key_text(answer: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- tokens -------------------------------------------------------------------------------------
+
+
+def token_table(views: Sequence[Mapping[str, Any]]) -> Table:
+    """Tokens as an admin sees them: whom they speak for, never the token."""
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "ROLE", "PROJECT", "CREATED", "EXPIRES", "REVOKED"):
+        table.add_column(column, no_wrap=True)
+    for view in views:
+        project = view.get("project") or "*"
+        expires = view.get("expires") or "never"
+        revoked = "yes" if view["revoked"] else "no"
+        table.add_row(view["id"], view["name"], view["role"], project, view["created"], expires, revoked)
+    return table
+
+
 # --- agent config-dump --------------------------------------------------------------------------
 
 

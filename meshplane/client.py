@@ -173,6 +173,19 @@ class MeshplaneClient:
     async def retire_signing_key(self, kid: str) -> dict[str, Any]:
         return (await self._call("DELETE", f"/v1/signing-keys/{kid}")).json()
 
+    async def create_token(
+        self, name: str, role: str, project: str | None = None, expires_in: str | None = None
+    ) -> dict[str, Any]:
+        """A new bearer token; the answer is the only place it appears."""
+        body = given(name=name, role=role, project=project, expiresIn=expires_in)
+        return (await self._call("POST", "/v1/tokens", json=body)).json()
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        return (await self._call("GET", "/v1/tokens")).json()["items"]
+
+    async def revoke_token(self, token_id: str) -> dict[str, Any]:
+        return (await self._call("DELETE", f"/v1/tokens/{token_id}")).json()
+
     async def watch(
         self, since: int | None = None, kind: str | None = None, project: str | None = None
     ) -> AsyncIterator[dict[str, Any]]:

@@ -39,7 +39,7 @@ def _address(value: str) -> str:
 Address = Annotated[str, AfterValidator(_address)]
 OtlpEndpoint = Annotated[
     str | None,
-    Field(description="OTLP gRPC collector for traces, e.g. http://127.0.0.1:4317; default $OTEL_EXPORTER_OTLP_ENDPOINT"),
+    Field(description="OTLP gRPC collector for traces (http://127.0.0.1:4317); default $OTEL_EXPORTER_OTLP_ENDPOINT"),
 ]
 
 

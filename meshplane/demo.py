@@ -43,11 +43,11 @@ meshplane demo is running.
 
 The north API wants a bearer token; the server made an admin token for you:
 
-  admin token   {token_file}
+  admin token   {{token_file}}
 
 Try, in another shell (with the virtualenv active: . .venv/bin/activate):
 
-  export MESHPLANE_TOKEN=$(cat {token_file})
+  export MESHPLANE_TOKEN=$(cat {{token_file}})
   meshplane apply -f examples/orders-api.yaml
   curl -s http://{GATEWAY}/orders/items          # reaches the upstream as /items
   meshplane get apis -o yaml

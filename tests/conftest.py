@@ -8,6 +8,7 @@ import pytest
 from tests.harness.kube import KubeAPIServer, start_kube_apiserver
 from tests.harness.postgres import PostgresServer, start_postgres
 from tests.harness.redis import RedisServer, start_redis
+from tests.harness.tracing import RecordedSpans
 
 # --- PostgreSQL: one private server per session, a fresh database per test (meshplane.store owns this block) ---
 
@@ -69,3 +70,23 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 # --- end of the Redis block ---
+
+
+# --- Tracing: spans recorded in memory for one test, tracing off again after it (tests/harness/tracing.py) ---
+
+
+@pytest.fixture
+def recorded_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedSpans]:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from meshplane.observability.tracing import ENDPOINT_VARIABLE, configure_tracing
+
+    monkeypatch.delenv(ENDPOINT_VARIABLE, raising=False)
+    exporter = InMemorySpanExporter()
+    provider = configure_tracing("meshplane-test", exporter=exporter)
+    assert provider is not None
+    yield RecordedSpans(provider, exporter)
+    configure_tracing("meshplane-test")
+
+
+# --- end of the Tracing block ---

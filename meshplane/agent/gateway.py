@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 import grpc
 from envoy.config.core.v3 import base_pb2
+from opentelemetry.trace import Status, StatusCode
 
 from meshplane.agent.translate import EnvoyConfig
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
+from meshplane.observability.tracing import tracer
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import NoCallbacks
@@ -85,7 +87,20 @@ class GatewayPublisher(NoCallbacks):
     async def publish(self, config: EnvoyConfig) -> PublishOutcome:
         """Three steps, each acknowledged before the next: new clusters and endpoints join the old ones
         (and warm), listeners and routes switch, then clusters no longer used go. A step that changes
-        nothing is skipped; a rejection stops the sequence with the gateway's message."""
+        nothing is skipped; a rejection stops the sequence with the gateway's message.
+
+        Traced as one span that ends with the gateways' verdict: a rejection is its error, in Envoy's words.
+        """
+        with tracer().start_as_current_span("meshplane.gateway.ack") as span:
+            outcome = await self._publish(config)
+            GATEWAY_PUBLISHES.labels(outcome.state.value.lower()).inc()
+            span.set_attribute("meshplane.gateways", len(self._nodes))
+            span.set_attribute("meshplane.outcome", outcome.state.value)
+            if outcome.state is DeliveryState.FAILED:
+                span.set_status(Status(StatusCode.ERROR, outcome.message))
+            return outcome
+
+    async def _publish(self, config: EnvoyConfig) -> PublishOutcome:
         async with self._lock:
             clusters = _packed(config.clusters)
             endpoints = _packed(config.endpoints, "cluster_name")
@@ -98,7 +113,6 @@ class GatewayPublisher(NoCallbacks):
             served = {type_url: dict(self.cache.resources(GATEWAYS, type_url)) for type_url in ENVOY_TYPE_ORDER}
             kept = {CLUSTER: {**served[CLUSTER], **clusters}, ENDPOINT: {**served[ENDPOINT], **endpoints}}
             steps = [{**served, **kept}, {**final, **kept}, final]
-            GATEWAY_PUBLISHES.inc()
             previous = served
             outcome = await self._verdict(_versions(served))
             for step in steps:

@@ -15,6 +15,7 @@ from google.protobuf import any_pb2
 
 from meshplane import __version__
 from meshplane.agent.admin import AdminServer, admin_app
+from meshplane.agent.apply_span import apply_span
 from meshplane.agent.gateway import (
     ENFORCERS,
     ENVOY_TYPE_ORDER,
@@ -38,6 +39,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message
+from meshplane.observability.grpc_tracing import TraceUnaryCalls
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resources_pb2
@@ -115,10 +117,13 @@ class Agent:
             ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
             *agent_channel_options(self.settings),
         ]
+        interceptors = [TraceUnaryCalls()]
         if self.channel_credentials is None:
             log.warning(INSECURE_WARNING)
-            return grpc.aio.insecure_channel(self.settings.server, options=options)
-        return grpc.aio.secure_channel(self.settings.server, self.channel_credentials, options=options)
+            return grpc.aio.insecure_channel(self.settings.server, options=options, interceptors=interceptors)
+        return grpc.aio.secure_channel(
+            self.settings.server, self.channel_credentials, options=options, interceptors=interceptors
+        )
 
     async def _load_state(self) -> LocalState:
         state = await LocalState.open(self.settings.state_dir)
@@ -228,6 +233,10 @@ class Agent:
 
     async def apply_update(self, update: DeltaUpdate) -> None:
         """Validate a whole delta before keeping any of it: a bad resource NACKs the response."""
+        with apply_span(update, self.settings.cluster):
+            await self._apply_update(update)
+
+    async def _apply_update(self, update: DeltaUpdate) -> None:
         assert self.state is not None
         decoded: dict[str, Resource] = {}
         upserts = []

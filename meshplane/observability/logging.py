@@ -7,8 +7,19 @@ import sys
 from typing import Literal
 
 import structlog
+from opentelemetry import trace
 
 LogFormat = Literal["json", "text"]
+
+
+def add_trace_ids(_logger: object, _method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Name the span a line is logged in, so a trace and its logs find each other."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        context = span.get_span_context()
+        event["trace_id"] = trace.format_trace_id(context.trace_id)
+        event["span_id"] = trace.format_span_id(context.span_id)
+    return event
 
 
 def configure_logging(fmt: LogFormat = "json", level: str = "info", **bound: str) -> None:
@@ -20,6 +31,7 @@ def configure_logging(fmt: LogFormat = "json", level: str = "info", **bound: str
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
+        add_trace_ids,
         structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
         structlog.processors.format_exc_info,
     ]

@@ -14,20 +14,47 @@ BUILD_INFO.info({"version": __version__})
 
 HTTP_REQUESTS = Counter("meshplane_http_requests_total", "North REST requests", ["method", "route", "code"])
 HTTP_LATENCY = Histogram("meshplane_http_request_duration_seconds", "North REST request latency", ["method", "route"])
+GRPC_REQUESTS = Counter("meshplane_grpc_requests_total", "gRPC calls answered, by full method name", ["method", "code"])
+GRPC_LATENCY = Histogram(
+    "meshplane_grpc_request_duration_seconds", "gRPC call latency (of a stream: its whole life)", ["method"]
+)
+CONNECTED_AGENTS = Gauge("meshplane_connected_agents", "Clusters whose agent holds a sync stream to this server")
 CONNECTED_STREAMS = Gauge("meshplane_xds_connected_streams", "Open xDS streams served by this process", ["server"])
 PUSHES = Counter("meshplane_xds_pushes_total", "xDS responses sent", ["server", "type"])
 PUSHED_RESOURCES = Counter(
     "meshplane_xds_pushed_resources_total", "Resources carried by xDS responses", ["server", "type"]
 )
+PUSH_LATENCY = Histogram(
+    "meshplane_xds_push_latency_seconds",
+    "From the commit of the oldest change an xDS response carries to the response",
+    ["server", "type"],
+)
 ACKS = Counter("meshplane_xds_acks_total", "xDS ACKs received", ["server", "type"])
 NACKS = Counter("meshplane_xds_nacks_total", "xDS NACKs received", ["server", "type"])
 STORE_REVISION = Gauge("meshplane_store_revision", "Latest store revision seen by this server")
+STORE_LATENCY = Histogram(
+    "meshplane_store_transaction_duration_seconds",
+    "Store transactions, queueing for the writer slot included",
+    ["operation"],
+)
+DELIVERY_LAG_REVISIONS = Gauge(
+    "meshplane_cluster_delivery_lag_revisions",
+    "Store revisions since the oldest change a cluster has not applied (0: it holds everything)",
+    ["cluster"],
+)
+DELIVERY_LAG_SECONDS = Gauge(
+    "meshplane_cluster_delivery_lag_seconds", "Age of the oldest change a cluster has not applied", ["cluster"]
+)
 AGENT_UPDATES = Counter("meshplane_agent_updates_total", "Delta updates the agent received from the server", ["result"])
 GATEWAY_PUBLISHES = Counter(
-    "meshplane_agent_gateway_publishes_total", "Envoy configurations the agent published to its gateways"
+    "meshplane_agent_gateway_publishes_total",
+    "Envoy configurations the agent published to its gateways, by how the gateways took them",
+    ["state"],
 )
 RATELIMIT_DECISIONS = Counter(
-    "meshplane_ratelimit_decisions_total", "Rate-limit requests answered, by overall code", ["code"]
+    "meshplane_ratelimit_decisions_total",
+    "Rate-limit requests answered, by domain (`unconfigured` for one no limit names) and overall code",
+    ["domain", "code"],
 )
 RATELIMIT_SHADOWED = Counter(
     "meshplane_ratelimit_shadow_over_limit_total", "Descriptors over a shadow-mode limit, let through"

@@ -14,6 +14,8 @@ from meshplane.ratelimiter.decision import answer, applicable_limits, hits_for
 from meshplane.ratelimiter.table import LimitTable
 
 _CODE_NAMES = {code: rls_pb2.RateLimitResponse.Code.Name(code) for code in rls_pb2.RateLimitResponse.Code.values()}
+UNCONFIGURED = "unconfigured"
+"""The `domain` label of requests for a domain no limit names: callers choose those, so they are not labels."""
 
 
 class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
@@ -30,17 +32,17 @@ class RateLimitService(rls_pb2_grpc.RateLimitServiceServicer):
     ) -> rls_pb2.RateLimitResponse:
         domain = self._table.domains.get(request.domain)
         if domain is None:
-            RATELIMIT_DECISIONS.labels("OK").inc()
+            RATELIMIT_DECISIONS.labels(UNCONFIGURED, "OK").inc()
             return rls_pb2.RateLimitResponse(overall_code=rls_pb2.RateLimitResponse.OK)
         now = int(self._clock())
         limits = applicable_limits(domain, request)
         try:
             totals = await self._counters.increment(hits_for(request, limits, now), now)
         except CountersUnavailable as exc:
-            RATELIMIT_DECISIONS.labels("UNAVAILABLE").inc()
+            RATELIMIT_DECISIONS.labels(request.domain, "UNAVAILABLE").inc()
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         response, shadowed = answer(limits, totals, now)
-        RATELIMIT_DECISIONS.labels(_CODE_NAMES[response.overall_code]).inc()
+        RATELIMIT_DECISIONS.labels(request.domain, _CODE_NAMES[response.overall_code]).inc()
         if shadowed:
             RATELIMIT_SHADOWED.inc(shadowed)
         return response

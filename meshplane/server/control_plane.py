@@ -15,6 +15,7 @@ from meshplane.model.resource import InvalidObject
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
+from meshplane.observability.tracing import current_carrier
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.store.errors import AlreadyExists, NotFound
 from meshplane.store.records import Delivery
@@ -142,4 +143,5 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
             spec=resource.spec.to_wire(),
             labels=resource.metadata.labels,
             origin=origin,
+            trace_context=current_carrier(),
         )

@@ -10,12 +10,16 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from opentelemetry.trace import Span
 
 from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import check_access, delete_dependents
 from meshplane.server.intent_checks import check_intent
 from meshplane.server.problems import Problem
@@ -75,6 +79,17 @@ def _decode_continue(token: str) -> tuple[str, str]:
         raise Problem(400, "the continue token is not one this server issued") from None
 
 
+def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) -> AbstractContextManager[Span]:
+    """The span of one write, whichever door it came in by. The store keeps its context with the write's
+    event, so the pushes of this change join its trace however late they happen."""
+    attributes = {"meshplane.kind": info.kind, "meshplane.op": op}
+    if project:
+        attributes["meshplane.project"] = project
+    if name:
+        attributes["meshplane.name"] = name
+    return tracer().start_as_current_span(f"meshplane.write {info.kind}", attributes=attributes)
+
+
 class ObjectService:
     def __init__(self, store: Store):
         self.store = store
@@ -122,23 +137,32 @@ class ObjectService:
         await check_access(self.store, resource)
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
-        if project is not None:
-            await self.require_project(project)
-        resource = self.validate(info, project, None, doc)
-        await self._check(resource)
-        meta = resource.metadata
-        stored = await self.store.create(
-            info.kind,
-            meta.project or "",
-            meta.name,
-            spec=resource.spec.to_wire(),
-            labels=meta.labels,
-            annotations=meta.annotations,
-        )
-        return to_resource(info, stored)
+        with _write_span(info, "create", project, None) as span:
+            if project is not None:
+                await self.require_project(project)
+            resource = self.validate(info, project, None, doc)
+            await self._check(resource)
+            meta = resource.metadata
+            span.set_attribute("meshplane.name", meta.name)
+            stored = await self.store.create(
+                info.kind,
+                meta.project or "",
+                meta.name,
+                spec=resource.spec.to_wire(),
+                labels=meta.labels,
+                annotations=meta.annotations,
+                trace_context=current_carrier(),
+            )
+            return to_resource(info, stored)
 
     async def put(
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None = None
+    ) -> tuple[Resource, bool]:
+        with _write_span(info, "put", project, name):
+            return await self._put(info, project, name, doc, if_match)
+
+    async def _put(
+        self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None
     ) -> tuple[Resource, bool]:
         if project is not None:
             await self.require_project(project)
@@ -156,6 +180,7 @@ class ObjectService:
             labels=meta.labels,
             annotations=meta.annotations,
             expected_revision=expected,
+            trace_context=current_carrier(),
         )
         return to_resource(info, stored), created
 
@@ -165,29 +190,36 @@ class ObjectService:
         """JSON merge patch (RFC 7396) of the object's user-owned parts, applied at its current revision."""
         if not isinstance(patch, Mapping):
             raise InvalidObject([FieldError(path="", message="a merge patch must be a JSON object")])
-        current = await self.get(info, project, name)
-        merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
-        metadata = merged.get("metadata")
-        if not isinstance(metadata, Mapping):
-            raise InvalidObject([FieldError(path="metadata", message="must stay an object")])
-        owned = {k: v for k, v in metadata.items() if k not in ("uid", "generation", "creationTimestamp", "origin")}
-        # Unless the patch names a resourceVersion, the one just read guards the write: a change made between
-        # our read and our write is then refused with 409 rather than silently overwritten.
-        owned.setdefault("resourceVersion", current.metadata.resource_version)
-        merged["metadata"] = owned
-        resource, _ = await self.put(info, project, name, merged, if_match)
-        return resource
+        with _write_span(info, "patch", project, name):
+            current = await self.get(info, project, name)
+            merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
+            metadata = merged.get("metadata")
+            if not isinstance(metadata, Mapping):
+                raise InvalidObject([FieldError(path="metadata", message="must stay an object")])
+            excluded = ("uid", "generation", "creationTimestamp", "origin")
+            owned = {k: v for k, v in metadata.items() if k not in excluded}
+            # Unless the patch names a resourceVersion, the one just read guards the write: a change made between
+            # our read and our write is then refused with 409 rather than silently overwritten.
+            owned.setdefault("resourceVersion", current.metadata.resource_version)
+            merged["metadata"] = owned
+            resource, _ = await self._put(info, project, name, merged, if_match)
+            return resource
 
     async def delete(self, info: KindInfo, project: str | None, name: str, if_match: str | None = None) -> Resource:
-        if project is not None:
-            await self.require_project(project)
-        if info.kind == "Project":
-            await self._refuse_non_empty_project(name)
-        stored = await self.store.delete(
-            info.kind, project or "", name, expected_revision=parse_revision(if_match, "If-Match")
-        )
-        await delete_dependents(self.store, info.kind, project or "", name)
-        return to_resource(info, stored)
+        with _write_span(info, "delete", project, name):
+            if project is not None:
+                await self.require_project(project)
+            if info.kind == "Project":
+                await self._refuse_non_empty_project(name)
+            stored = await self.store.delete(
+                info.kind,
+                project or "",
+                name,
+                expected_revision=parse_revision(if_match, "If-Match"),
+                trace_context=current_carrier(),
+            )
+            await delete_dependents(self.store, info.kind, project or "", name)
+            return to_resource(info, stored)
 
     async def _refuse_non_empty_project(self, project: str) -> None:
         for info in REGISTRY:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from pydantic import BaseModel
 
@@ -31,10 +32,15 @@ ObjectKey = tuple[str, str, str]
 
 @dataclass(frozen=True, slots=True)
 class DeliveredObject:
+    """`revision` and `changed_at`: the object's last write when this version was read, which is the
+    change that made it unless a status write came between (clusters' delivery lag counts from them)."""
+
     info: KindInfo
     resource: VersionedResource
     placement: Placement
     spec: BaseModel
+    revision: int
+    changed_at: datetime
 
 
 def placement_of(resource: Resource) -> Placement:
@@ -42,11 +48,12 @@ def placement_of(resource: Resource) -> Placement:
     return getattr(resource.spec, "placement", None) or Placement()
 
 
-def deliver(info: KindInfo, stored: StoredObject) -> DeliveredObject:
-    """Validate and pack a stored object once, for every cluster that will receive it."""
+def deliver(info: KindInfo, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject:
+    """Validate and pack a stored object once, for every cluster that will receive it; `trace` is the
+    context of the write that made this version, which its pushes will join."""
     resource = to_resource(info, stored)
-    packed = pack(resource_name(stored.project, stored.name), to_message(info, resource))
-    return DeliveredObject(info, packed, placement_of(resource), resource.spec)
+    packed = pack(resource_name(stored.project, stored.name), to_message(info, resource), trace)
+    return DeliveredObject(info, packed, placement_of(resource), resource.spec, stored.revision, stored.updated_at)
 
 
 class FleetProjection:
@@ -57,12 +64,19 @@ class FleetProjection:
         self.placed: dict[ObjectKey, frozenset[str]] = {}
         self._dirty: set[ObjectKey] = set()
 
-    def reset(self, objects: Iterable[StoredObject], clusters: Iterable[StoredObject]) -> None:
-        """Rebuild from a consistent snapshot of the store; every cluster's set is replaced at once."""
+    def reset(
+        self,
+        objects: Iterable[StoredObject],
+        clusters: Iterable[StoredObject],
+        traces: Mapping[ObjectKey, Mapping[str, str]] | None = None,
+    ) -> None:
+        """Rebuild from a consistent snapshot of the store; every cluster's set is replaced at once.
+        `traces`: the context of the write that made each object what it is, where that write was traced."""
         self.clusters = {c.name: dict(c.labels) for c in clusters}
         self.objects = {}
+        traces = traces or {}
         for stored in objects:
-            if (delivered := self._deliver(stored)) is not None:
+            if (delivered := self._deliver(stored, traces.get((stored.kind, stored.project, stored.name)))) is not None:
                 self.objects[(stored.kind, stored.project, stored.name)] = delivered
         self.placed = {key: self._placement(obj) for key, obj in self.objects.items() if key[0] not in FOLLOWERS}
         for project in {key[1] for key in self.objects}:
@@ -71,9 +85,9 @@ class FleetProjection:
         for group in set(self.cache.groups()) | set(self.clusters):
             self._publish_cluster(group)
 
-    def upsert_object(self, stored: StoredObject) -> None:
+    def upsert_object(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> None:
         key = (stored.kind, stored.project, stored.name)
-        delivered = self._deliver(stored)
+        delivered = self._deliver(stored, trace)
         if delivered is None:
             self.remove_object(key)
             return
@@ -164,12 +178,12 @@ class FleetProjection:
         return placed_clusters(obj.placement, self.clusters)
 
     @staticmethod
-    def _deliver(stored: StoredObject) -> DeliveredObject | None:
+    def _deliver(stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
         info = REGISTRY.get(stored.kind)
         if not info.delivered or stored.deleted:
             return None
         try:
-            return deliver(info, stored)
+            return deliver(info, stored, trace)
         except ValueError as exc:
             log.error("stored object no longer validates; not delivered", kind=stored.kind, error=str(exc))
             return None

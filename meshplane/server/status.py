@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 from meshplane.model.status import DeliveryState
 from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import DELIVERY_LAG_REVISIONS, DELIVERY_LAG_SECONDS
 from meshplane.server.control_plane import ClusterRegistry
 from meshplane.server.leader import Leadership
-from meshplane.server.projection import FleetProjection, ObjectKey
+from meshplane.server.projection import DeliveredObject, FleetProjection, ObjectKey
 from meshplane.store.errors import NotFound
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
@@ -59,6 +60,19 @@ def delivery_entries(
     return entries
 
 
+def delivery_lag(
+    unapplied: Iterable[ObjectKey], objects: Mapping[ObjectKey, DeliveredObject], revision: int, now: datetime
+) -> tuple[int, float]:
+    """How far one cluster is behind, given the objects it has not applied: the store revisions since the
+    last one it holds everything up to, and the age of its oldest unapplied change; (0, 0.0) when in sync."""
+    changes = [objects[key] for key in unapplied if key in objects]
+    if not changes:
+        return 0, 0.0
+    synced = min(change.revision for change in changes) - 1
+    oldest = min(change.changed_at for change in changes)
+    return revision - synced, max(0.0, (now - oldest).total_seconds())
+
+
 class StatusRollup:
     def __init__(
         self,
@@ -77,12 +91,15 @@ class StatusRollup:
         self._since: datetime | None = None
         self._stale: dict[str, set[ObjectKey]] = {}
         self._published_counts: dict[str, int] = {}
+        self._lag_published: set[str] = set()
 
     async def run(self) -> None:
         while True:
             try:
                 if self.leadership.is_leader:
                     await self.pass_once()
+                else:
+                    self._publish_lag({})  # the leader's figures are the ones that hold
             except Exception:
                 log.exception("status roll-up pass failed; retrying")
             self.wake.clear()
@@ -98,6 +115,13 @@ class StatusRollup:
         for start in range(0, len(keys), _BATCH):
             await self._roll(keys[start : start + _BATCH])
         await self._publish_cluster_counts()
+        revision, now = await self.store.current_revision(), datetime.now(UTC)
+        self._publish_lag(
+            {
+                cluster: delivery_lag(self._stale.get(cluster, ()), self.projection.objects, revision, now)
+                for cluster in self.projection.clusters
+            }
+        )
 
     async def _roll(self, keys: list[ObjectKey]) -> None:
         reported: dict[ObjectKey, dict[str, Delivery]] = {}
@@ -135,3 +159,13 @@ class StatusRollup:
             if self._published_counts.get(cluster) != count:
                 await self.clusters.update_status(cluster, outOfDate=count)
                 self._published_counts[cluster] = count
+
+    def _publish_lag(self, lags: Mapping[str, tuple[int, float]]) -> None:
+        """Set each cluster's lag gauges, and drop those of clusters no longer listed."""
+        for cluster in self._lag_published - lags.keys():
+            DELIVERY_LAG_REVISIONS.remove(cluster)
+            DELIVERY_LAG_SECONDS.remove(cluster)
+        for cluster, (revisions, seconds) in lags.items():
+            DELIVERY_LAG_REVISIONS.labels(cluster).set(revisions)
+            DELIVERY_LAG_SECONDS.labels(cluster).set(seconds)
+        self._lag_published = set(lags)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from meshplane.model.registry import REGISTRY
 from meshplane.observability.logging import get_logger
@@ -18,7 +19,10 @@ _WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *REN
 
 
 class ProjectionFeeder:
-    """Level-triggered: every batch of events names objects to re-read, never trusts event payloads."""
+    """Level-triggered: every batch of events names objects to re-read, never trusts event payloads.
+
+    What it does take from an event is its trace context: the pushes of that change join the write's trace.
+    """
 
     def __init__(
         self, store: Store, projection: FleetProjection, manifests: ManifestProjection, poll_interval: float = 1.0
@@ -40,10 +44,12 @@ class ProjectionFeeder:
 
     async def _load(self) -> None:
         revision, objects = await self.store.snapshot(_WATCHED_KINDS)
+        traces = await self.store.latest_trace_contexts(_WATCHED_KINDS, revision)
         clusters = [o for o in objects if o.kind == "Cluster"]
         self.manifests.reset(o for o in objects if o.kind == "Cluster" or o.kind in RENDERED_FROM)
         self.manifests.flush()
-        self.projection.reset([o for o in objects if o.kind != "Cluster" and o.kind not in RENDERED_FROM], clusters)
+        delivered = [o for o in objects if o.kind != "Cluster" and o.kind not in RENDERED_FROM]
+        self.projection.reset(delivered, clusters, traces)
         self._advance(revision)
         self.ready.set()
         log.info("projection loaded", revision=revision, objects=len(objects) - len(clusters), clusters=len(clusters))
@@ -54,18 +60,22 @@ class ProjectionFeeder:
             if not events:
                 await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
                 continue
-            changed: dict[ObjectKey, None] = {}
+            changed: dict[ObjectKey, Mapping[str, str] | None] = {}
+            oldest: float | None = None
             for event in events:
                 if event.kind in _WATCHED_KINDS and event.op != "status":
-                    changed[(event.kind, event.project, event.name)] = None
-            await self._apply(list(changed))
+                    changed[(event.kind, event.project, event.name)] = event.trace_context
+                    oldest = oldest or event.created_at.timestamp()
+            # The pushes of this batch are timed from its oldest change; the feeder is the cache's only writer.
+            with self.projection.cache.stamped(oldest):
+                await self._apply(changed)
             self._advance(events[-1].revision)
 
-    async def _apply(self, keys: list[ObjectKey]) -> None:
+    async def _apply(self, changes: Mapping[ObjectKey, Mapping[str, str] | None]) -> None:
         """Re-read every changed object first, then update the projection without yielding, so one
-        batch of events reaches each stream as one push."""
+        batch of events reaches each stream as one push. `changes`: each object's latest trace context."""
         current = []
-        for kind, project, name in keys:
+        for kind, project, name in changes:
             try:
                 current.append(((kind, project, name), await self.store.get(kind, project, name)))
             except NotFound:
@@ -86,7 +96,7 @@ class ProjectionFeeder:
             elif stored is None:
                 self.projection.remove_object((kind, project, name))
             else:
-                self.projection.upsert_object(stored)
+                self.projection.upsert_object(stored, changes[(kind, project, name)])
         self.manifests.flush()
 
     def _advance(self, revision: int) -> None:

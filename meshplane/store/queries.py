@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select, tuple_, update
+from sqlalchemy import and_, delete, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
@@ -90,6 +90,24 @@ async def live_objects(
 async def events_after(conn: AsyncConnection, revision: int, limit: int) -> list[Event]:
     statement = select(*_EVENT_COLUMNS).where(events.c.revision > revision).order_by(events.c.revision).limit(limit)
     return [Event(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def latest_trace_contexts(
+    conn: AsyncConnection, kinds: Iterable[str], up_to: int
+) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(kind, project, name) -> trace context of the object's latest change of content (status writes aside)
+    at or before `up_to`, for objects whose latest change was traced and is still in the log."""
+    latest = (
+        select(func.max(events.c.revision).label("revision"))
+        .where(events.c.kind.in_(list(kinds)), events.c.op != "status", events.c.revision <= up_to)
+        .group_by(events.c.kind, events.c.project, events.c.name)
+        .subquery()
+    )
+    statement = select(events.c.kind, events.c.project, events.c.name, events.c.trace_context).join(
+        latest, events.c.revision == latest.c.revision
+    )
+    rows = await conn.execute(statement)
+    return {(row.kind, row.project, row.name): row.trace_context for row in rows if row.trace_context}
 
 
 async def purge(conn: AsyncConnection, up_to: int) -> int:

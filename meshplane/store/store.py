@@ -386,6 +386,15 @@ class Store:
             return revision, await queries.live_objects(conn, kinds)
 
     @_timed
+    async def latest_trace_contexts(
+        self, kinds: Iterable[str], up_to: int
+    ) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """Trace contexts of the changes that made the objects of a snapshot at `up_to` what they are (where
+        those changes were traced and are not compacted yet): their pushes still join the writes' traces."""
+        async with self._reading() as conn:
+            return await queries.latest_trace_contexts(conn, kinds, up_to)
+
+    @_timed
     async def events_since(self, revision: int, limit: int = 1000) -> builtins.list[Event]:
         """Events after `revision`, oldest first; Compacted when some of them are already gone."""
         async with self._reading() as conn:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
 from meshplane.xds.resource import VersionedResource
@@ -13,6 +14,9 @@ _EMPTY: Mapping[str, VersionedResource] = MappingProxyType({})
 # Removed names are remembered so streams can diff in O(changed); past this many beyond the live
 # set they are forgotten, and streams that fell behind the forgetting fall back to a full diff.
 _TOMBSTONE_SLACK = 1024
+# Origin times kept per type: enough for any stream that is keeping up; one further behind times its
+# next push from the oldest change still remembered.
+_MAX_STAMPS = 64
 
 
 def _type_version(resources: Mapping[str, VersionedResource]) -> str:
@@ -26,7 +30,7 @@ def _type_version(resources: Mapping[str, VersionedResource]) -> str:
 class _TypeState:
     """One type of one group, with a change log ordered by generation."""
 
-    __slots__ = ("_sotw_entries", "_version", "floor", "log", "resources")
+    __slots__ = ("_sotw_entries", "_version", "floor", "log", "resources", "stamps")
 
     def __init__(self, generation: int) -> None:
         # Replaced on change, never mutated: streams keep references to what they sent.
@@ -36,6 +40,8 @@ class _TypeState:
         self.log: dict[str, int] = {}
         # Changes at or before this generation may be missing from the log.
         self.floor = generation
+        # Generation -> when the change it holds was made at its origin, for changes made `stamped`.
+        self.stamps: dict[int, float] = {}
 
     @property
     def version(self) -> str:
@@ -62,6 +68,19 @@ class _TypeState:
             self.floor = self.log[forgotten[-1]]
             for name in forgotten:
                 del self.log[name]
+
+    def stamp(self, generation: int, at: float) -> None:
+        self.stamps[generation] = at
+        if len(self.stamps) > _MAX_STAMPS:
+            del self.stamps[next(iter(self.stamps))]
+
+    def changed_at(self, generation: int) -> float | None:
+        oldest = None
+        for changed, at in reversed(self.stamps.items()):
+            if changed <= generation:
+                break
+            oldest = at if oldest is None else min(oldest, at)
+        return oldest
 
     def changed_since(self, generation: int) -> list[str] | None:
         if generation < self.floor:
@@ -101,6 +120,17 @@ class ResourceCache:
         self._clock = 0
         self._groups: dict[str, _Group] = {}
         self._events: dict[str, asyncio.Event] = {}
+        self._stamp: float | None = None
+
+    @contextlib.contextmanager
+    def stamped(self, at: float | None) -> Iterator[None]:
+        """Changes made in the block are remembered as made at `at` (Unix time) where they came from,
+        e.g. a store commit, so that pushes can be timed from there; None: not known."""
+        self._stamp = at
+        try:
+            yield
+        finally:
+            self._stamp = None
 
     def set_type(self, group: str, type_url: str, resources: Mapping[str, VersionedResource]) -> None:
         """Replace one type's whole set (keyed by resource name)."""
@@ -166,6 +196,11 @@ class ResourceCache:
         state = self._state(group, type_url)
         return state.changed_since(generation) if state is not None else None
 
+    def changed_at(self, group: str, type_url: str, generation: int) -> float | None:
+        """When the oldest stamped change of the type after ``generation`` was made; None for no such change."""
+        state = self._state(group, type_url)
+        return state.changed_at(generation) if state is not None else None
+
     def groups(self) -> list[str]:
         """The groups that hold resources now."""
         return list(self._groups)
@@ -208,6 +243,8 @@ class ResourceCache:
             elif not changed:
                 continue
             state.replace(new, changed, self._clock)
+            if changed and self._stamp is not None:
+                state.stamp(self._clock, self._stamp)
         self._wake(group)
 
     def _wake(self, group: str) -> None:

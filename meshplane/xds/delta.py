@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from envoy.service.discovery.v3 import discovery_pb2
+from opentelemetry.trace import Span
 
+from meshplane.xds.push_trace import encode_traced, end_pushes
 from meshplane.xds.resource import VersionedResource
 from meshplane.xds.session import Session
 
 # Responses a client may leave unanswered per type before the oldest is forgotten.
 _MAX_UNSETTLED = 64
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One response awaiting the client's verdict: what it upserted and removed, and its push spans."""
+
+    versions: dict[str, str]
+    removed: list[str]
+    spans: list[Span]
 
 
 class _TypeStream:
@@ -26,7 +38,7 @@ class _TypeStream:
         self.acked = dict(held)
         # Versions the client NACKed: never offered again while the cache still has them.
         self.rejected: dict[str, str] = {}
-        self.pending: dict[str, tuple[dict[str, str], list[str]]] = {}
+        self.pending: dict[str, _Sent] = {}
         # Names to examine (and send even if held) regardless of the cache's change log.
         self.forced: set[str] = set()
         self.full = True  # next diff must look at everything, not just the change log
@@ -96,14 +108,20 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
                     removed.append(name)
             elif (sent.get(name) != wanted.version or name in forced) and rejected.get(name) != wanted.version:
                 upserts.append(wanted)
-        first, stream.seen, stream.full = stream.seen < 0, generation, False
+        since, stream.seen, stream.full = stream.seen, generation, False
         stream.forced.clear()
-        if not upserts and not removed and not (first and stream.wildcard):
+        if not upserts and not removed and not (since < 0 and stream.wildcard):
             return None  # a wildcard's first answer goes out even if empty: the client is waiting to sync
-        return self._encode(url, stream, generation, upserts, removed)
+        return self._encode(url, stream, generation, upserts, removed, since)
 
     def _encode(
-        self, url: str, stream: _TypeStream, generation: int, upserts: list[VersionedResource], removed: list[str]
+        self,
+        url: str,
+        stream: _TypeStream,
+        generation: int,
+        upserts: list[VersionedResource],
+        removed: list[str],
+        since: int,
     ) -> bytes:
         nonce = self.next_nonce()
         versions = {res.name: res.version for res in upserts}
@@ -114,28 +132,37 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             for name in (*versions, *removed):
                 stream.rejected.pop(name, None)
         if len(stream.pending) >= _MAX_UNSETTLED:
-            del stream.pending[next(iter(stream.pending))]
-        stream.pending[nonce] = (versions, removed)
-        self.pushed(url, len(upserts) + len(removed))
+            forgotten = stream.pending.pop(next(iter(stream.pending)))
+            end_pushes(forgotten.spans, "the client never answered")
+        entries, spans = encode_traced(upserts, url, self.group, self.server)
+        stream.pending[nonce] = _Sent(versions, removed, spans)
+        self.pushed(url, len(upserts) + len(removed), since)
         header = discovery_pb2.DeltaDiscoveryResponse(
             system_version_info=str(generation), type_url=url, nonce=nonce, removed_resources=removed
         )
-        return header.SerializeToString() + b"".join(res.delta_entry() for res in upserts)
+        return header.SerializeToString() + entries
 
     async def _settle(self, url: str, stream: _TypeStream, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
         """Apply the client's verdict on one of our responses."""
         settled = stream.pending.pop(request.response_nonce, None)
         if settled is None:
             return
-        versions, removed = settled
         if request.HasField("error_detail"):
-            stream.rejected.update(versions)
-            await self.nacked(url, versions, request.error_detail.message)
+            end_pushes(settled.spans, request.error_detail.message)
+            stream.rejected.update(settled.versions)
+            await self.nacked(url, settled.versions, request.error_detail.message)
             return
-        stream.acked.update(versions)
-        for name in removed:
+        end_pushes(settled.spans)
+        stream.acked.update(settled.versions)
+        for name in settled.removed:
             stream.acked.pop(name, None)
         await self.acked(url, MappingProxyType(stream.acked))
+
+    async def closed(self) -> None:
+        for stream in self.types.values():
+            for sent in stream.pending.values():
+                end_pushes(sent.spans, "the stream closed before the client answered")
+        await super().closed()
 
     @staticmethod
     def _forget(stream: _TypeStream, name: str) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Generic, TypeVar
 
 from envoy.config.core.v3.base_pb2 import Node
 
-from meshplane.observability.metrics import ACKS, NACKS, PUSHED_RESOURCES, PUSHES, short_type
+from meshplane.observability.metrics import ACKS, NACKS, PUSH_LATENCY, PUSHED_RESOURCES, PUSHES, short_type
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.callbacks import StreamCallbacks
 
@@ -62,11 +63,15 @@ class Session(ABC, Generic[Request, State]):
         self._nonces += 1
         return str(self._nonces)
 
-    def pushed(self, type_url: str, resources: int) -> None:
-        """Count one response and the resources (upserted or removed) it carries."""
+    def pushed(self, type_url: str, resources: int, since: int) -> None:
+        """Count one response and the resources (upserted or removed) it carries, and time it from the
+        oldest stamped change after ``since``, the generation the stream had already seen of the type.
+        A type's first response (``since`` < 0) syncs the stream rather than pushes a change: not timed."""
         kind = short_type(type_url)
         PUSHES.labels(self.server, kind).inc()
         PUSHED_RESOURCES.labels(self.server, kind).inc(resources)
+        if since >= 0 and (changed_at := self.cache.changed_at(self.group, type_url, since)) is not None:
+            PUSH_LATENCY.labels(self.server, kind).observe(max(0.0, time.time() - changed_at))
 
     async def acked(self, type_url: str, versions: Mapping[str, str]) -> None:
         ACKS.labels(self.server, short_type(type_url)).inc()

@@ -31,7 +31,7 @@ class _Versions(Mapping[str, str]):
 class _TypeStream:
     """One type on one SotW stream. ``names`` None means wildcard."""
 
-    __slots__ = ("explicit", "names", "nonce", "sent", "sent_names", "sent_version", "settled")
+    __slots__ = ("explicit", "names", "nonce", "seen", "sent", "sent_names", "sent_version", "settled")
 
     def __init__(self) -> None:
         self.explicit = False  # once names were requested, an empty list means "none", not wildcard
@@ -42,6 +42,7 @@ class _TypeStream:
         self.sent_names: frozenset[str] | None = None
         # A NACKed version stays here too, so it is not sent again until the cache moves on.
         self.sent_version: str | None = None
+        self.seen = -1  # cache generation this type was last looked at; -1 = never answered
 
 
 class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
@@ -75,7 +76,10 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
         for url in self.type_urls:
             stream = self.types[url]
             version = self.cache.version(self.group, url)
-            if version is None or (version == stream.sent_version and stream.names == stream.sent_names):
+            if version is None:
+                continue
+            since, stream.seen = stream.seen, generation
+            if version == stream.sent_version and stream.names == stream.sent_names:
                 continue
             resources = self.cache.resources(self.group, url)
             sent: Mapping[str, str]
@@ -92,5 +96,5 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
             stream.sent, stream.sent_names, stream.sent_version = sent, stream.names, version
             header = discovery_pb2.DiscoveryResponse(version_info=version, type_url=url, nonce=stream.nonce)
             responses.append(header.SerializeToString() + entries)
-            self.pushed(url, len(sent))
+            self.pushed(url, len(sent), since)
         return responses

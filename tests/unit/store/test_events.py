@@ -2,10 +2,15 @@
 
 import asyncio
 import time
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
 from meshplane.store import Compacted, Event, Store
+
+WRITTEN = datetime(2026, 1, 1, tzinfo=UTC)
+"""Stands in for each event's commit time, which the test cannot know."""
 
 
 async def _write_a_bit_of_everything(store: Store) -> None:
@@ -22,13 +27,15 @@ async def test_events_since_returns_every_write_in_order(store: Store) -> None:
 
     events = await store.events_since(0)
 
-    assert events == [
-        Event(1, "create", "Api", "shop", "orders", {"traceparent": "00-abc-def-01"}),
-        Event(2, "update", "Api", "shop", "orders", None),
-        Event(3, "status", "Api", "shop", "orders", None),
-        Event(4, "create", "Cluster", "", "east", None),
-        Event(5, "delete", "Api", "shop", "orders", {"traceparent": "00-123-456-01"}),
+    assert [replace(event, created_at=WRITTEN) for event in events] == [
+        Event(1, "create", "Api", "shop", "orders", {"traceparent": "00-abc-def-01"}, WRITTEN),
+        Event(2, "update", "Api", "shop", "orders", None, WRITTEN),
+        Event(3, "status", "Api", "shop", "orders", None, WRITTEN),
+        Event(4, "create", "Cluster", "", "east", None, WRITTEN),
+        Event(5, "delete", "Api", "shop", "orders", {"traceparent": "00-123-456-01"}, WRITTEN),
     ]
+    written = [event.created_at for event in events]
+    assert written == sorted(written) and all(at.tzinfo is not None for at in written)
     assert await store.events_since(3) == events[3:]
     assert await store.events_since(1, limit=2) == events[1:3]
     assert await store.events_since(5) == []
