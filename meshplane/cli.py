@@ -49,8 +49,8 @@ ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PR
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 
 
-def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run a process body until SIGINT or SIGTERM asks it to stop."""
+def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]], fast_loop: bool = False) -> None:
+    """Run a process body until SIGINT or SIGTERM asks it to stop; `fast_loop` runs it on uvloop."""
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -59,6 +59,12 @@ def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> Non
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
+    if fast_loop:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner_:
+            runner_.run(runner())
+        return
     asyncio.run(runner())
 
 
@@ -278,7 +284,7 @@ def enforcer(
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level)
-    run_until_signalled(lambda stop: run_enforcer(settings, stop))
+    run_until_signalled(lambda stop: run_enforcer(settings, stop), fast_loop=True)
 
 
 @app.command()
@@ -308,7 +314,7 @@ def ratelimiter(
         log_format=log_format,
     )
     configure_logging(settings.log_format, settings.log_level)
-    run_until_signalled(lambda stop: run_ratelimiter(settings, stop))
+    run_until_signalled(lambda stop: run_ratelimiter(settings, stop), fast_loop=True)
 
 
 @app.command()
