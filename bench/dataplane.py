@@ -145,7 +145,7 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             run_enforcer(work, agent.xds_port, port=ports["enforcer"]),
             run_ratelimiter(work, agent.xds_port, redis.url, port=ports["ratelimiter"]),
             run_envoy(work, "gw-bench", agent.xds_port) as envoy,
-            httpx.Client(base_url=server.url, timeout=10) as api,
+            server.http() as api,
         ):
             envoy.wait_listener(agent.gateway_port)
             keys = declare(api, upstream)

@@ -192,7 +192,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -
         run_upstream("orders") as (port, _),
         run_server(tmp) as server,
         data_plane(tmp, server, "edge", redis_server) as (agent, envoy, _),
-        httpx.Client(base_url=server.url, timeout=10) as api,
+        server.http() as api,
     ):
         keys = declare(api, port, idp)
         gateway = Gateway(agent.gateway_port)
@@ -367,7 +367,7 @@ def test_enforcer_down_fails_closed_and_the_native_path_carries_on(
     with (
         run_server(tmp_path) as server,
         data_plane(tmp_path, server, "edge", None, limiter=False) as (agent, _, services),
-        httpx.Client(base_url=server.url, timeout=10) as api,
+        server.http() as api,
     ):
         keys = declare(api, orders_port, idp)
         gateway = Gateway(agent.gateway_port)
@@ -387,7 +387,7 @@ def test_limiter_down_lets_traffic_through_and_local_limits_hold_without_one(
     with (
         run_server(tmp_path) as server,
         data_plane(tmp_path, server, "edge", redis_server, enforcer=False) as (agent, _, services),
-        httpx.Client(base_url=server.url, timeout=10) as api,
+        server.http() as api,
     ):
         put(
             api,
@@ -417,7 +417,7 @@ def test_two_limiters_behind_two_gateways_share_one_count_in_redis(
         run_server(tmp_path) as server,
         data_plane(tmp_path, server, "edge-a", redis_server, enforcer=False) as (agent_a, _, _),
         data_plane(tmp_path, server, "edge-b", redis_server, enforcer=False) as (agent_b, _, _),
-        httpx.Client(base_url=server.url, timeout=10) as api,
+        server.http() as api,
     ):
         limit = {"requestsPerUnit": 4, "unit": "minute", "scope": "global"}
         put(api, "apis", api_doc("shared", "/shared", orders_port, rateLimit=limit))

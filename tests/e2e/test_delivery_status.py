@@ -48,7 +48,7 @@ def test_an_envoy_rejection_is_reported_kept_out_and_not_resent(tmp_path: Path) 
         run_upstream("one") as (port, _),
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         # A gateway whose operator allows only tiny regexes: templated paths are rejected by Envoy itself.
         bootstrap = envoy_bootstrap("gw-strict", "127.0.0.1", agent.xds_port, admin_port=free_port())

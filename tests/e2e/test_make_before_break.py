@@ -29,7 +29,7 @@ def test_moving_routes_between_clusters_drops_no_request(tmp_path: Path) -> None
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         envoy.wait_listener(agent.gateway_port)
         gateway = Gateway(agent.gateway_port)

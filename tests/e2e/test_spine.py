@@ -46,7 +46,7 @@ def test_api_changes_reach_real_traffic_through_three_versions(tmp_path: Path, s
         run_server(tmp_path, server_database) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address, {"region": "eu"}) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
-        httpx.Client(base_url=server.url, timeout=10) as api,
+        server.http() as api,
     ):
         envoy.wait_listener(agent.gateway_port)
         gateway = Gateway(agent.gateway_port)

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from tests.harness.convergence import assert_converged
-from tests.harness.meshplane import run_agent, run_server
+from tests.harness.meshplane import ServerProcess, run_agent, run_server
 from tests.harness.process import free_port
 
 PROJECT = "default"
@@ -62,8 +62,8 @@ class Write:
 class Writers:
     """A pool of threads, each with its own keep-alive client, sending writes concurrently."""
 
-    def __init__(self, server_url: str, workers: int = 8, timeout: float = 10.0):
-        self.server_url = server_url
+    def __init__(self, server: ServerProcess, workers: int = 8, timeout: float = 10.0):
+        self.server = server
         self.timeout = timeout
         self._local = threading.local()
         self._clients: list[httpx.Client] = []
@@ -81,7 +81,7 @@ class Writers:
     def _client(self) -> httpx.Client:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = self._local.client = httpx.Client(base_url=self.server_url, timeout=self.timeout)
+            client = self._local.client = self.server.http(self.timeout)
             with self._lock:
                 self._clients.append(client)
         return client
@@ -105,13 +105,13 @@ class Writers:
         return [future.result() for future in self.submit(writes)]
 
 
-def unexpected(writes: Sequence[Write], server_url: str) -> list[str]:
+def unexpected(writes: Sequence[Write], server: ServerProcess) -> list[str]:
     """Acknowledged writes the store does not show: a PUT's spec (by its port marker) or a DELETE's absence.
 
     Each name is written at most once per batch, so an acknowledged write must be what the store holds.
     """
     problems = []
-    with httpx.Client(base_url=server_url, timeout=10) as http:
+    with server.http() as http:
         for write in writes:
             if not write.acknowledged:
                 continue
@@ -126,8 +126,8 @@ def unexpected(writes: Sequence[Write], server_url: str) -> list[str]:
     return problems
 
 
-def stored_names(server_url: str) -> set[str]:
-    with httpx.Client(base_url=server_url, timeout=10) as http:
+def stored_names(server: ServerProcess) -> set[str]:
+    with server.http() as http:
         response = http.get(f"/v1/projects/{PROJECT}/apis", params={"limit": 1000})
         response.raise_for_status()
         return {item["metadata"]["name"] for item in response.json()["items"]}
@@ -184,13 +184,13 @@ def kill_rounds(
         for round_no in range(rounds + 1):
             with run_server(tmp_path, database_url, ports=ports) as server:
                 if round_no == 0:
-                    with Writers(server.url) as writers:
+                    with Writers(server) as writers:
                         writers.run([Write("PUT", f"seed-{i}", port=10_000 + i) for i in range(burst)])
-                    assert_converged(server.url, state_dir, cluster, converge_timeout)
+                    assert_converged(server, state_dir, cluster, converge_timeout)
                 else:
                     ready_at = time.monotonic()
-                    lost = unexpected(last, server.url)
-                    converge_s = assert_converged(server.url, state_dir, cluster, converge_timeout)
+                    lost = unexpected(last, server)
+                    converge_s = assert_converged(server, state_dir, cluster, converge_timeout)
                     results.append(
                         KillRound(
                             round_no - 1,
@@ -203,8 +203,8 @@ def kill_rounds(
                     )
                 if round_no == rounds:
                     break
-                last = plan_burst(stored_names(server.url), round_no, burst, rng)
-                with Writers(server.url) as writers:
+                last = plan_burst(stored_names(server), round_no, burst, rng)
+                with Writers(server) as writers:
                     futures = writers.submit(last)
                     _wait_for_some(futures, len(futures) // 3)
                     server.process.kill()

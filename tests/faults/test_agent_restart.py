@@ -22,7 +22,7 @@ from tests.faults import api_doc, api_path
 from tests.harness.convergence import assert_converged
 from tests.harness.envoy import EnvoyProcess, run_envoy
 from tests.harness.gateway import Gateway, from_upstream
-from tests.harness.meshplane import run_agent, run_server
+from tests.harness.meshplane import ServerProcess, run_agent, run_server
 from tests.harness.process import free_port, wait_until
 from tests.harness.upstream import run_upstream
 
@@ -72,8 +72,9 @@ def envoy_connected(envoy: EnvoyProcess) -> bool:
     return status == 200 and "control_plane.connected_state: 1" in body
 
 
-def put_orders(server_url: str, port: int) -> None:
-    response = httpx.put(f"{server_url}{api_path('orders')}", json=api_doc("orders", port), timeout=10)
+def put_orders(server: ServerProcess, port: int) -> None:
+    with server.http() as http:
+        response = http.put(api_path("orders"), json=api_doc("orders", port))
     assert response.status_code in (200, 201), response.text
 
 
@@ -96,10 +97,10 @@ def test_agent_restarted_while_the_server_is_down_keeps_the_gateway_serving(tmp_
         gateway = Gateway(agent.gateway_port)
         stack.callback(gateway.close)
 
-        put_orders(server.url, port_one)
+        put_orders(server, port_one)
         envoy.wait_listener(agent.gateway_port)
         gateway.wait_for("/orders/anything", from_upstream("one"))
-        assert_converged(server.url, state_dir, CLUSTER, 30)
+        assert_converged(server, state_dir, CLUSTER, 30)
 
         server_slot.close()  # the server is down from here on
         with polling(agent.gateway_port, "/orders/anything", "one") as poller:
@@ -122,8 +123,8 @@ def test_agent_restarted_while_the_server_is_down_keeps_the_gateway_serving(tmp_
 
         # The server returns on its old address with its old store; the gateway follows the next change.
         server = server_slot.enter_context(run_server(tmp_path, ports=server_ports))
-        put_orders(server.url, port_two)
+        put_orders(server, port_two)
         answer = gateway.wait_for("/orders/anything", from_upstream("two"), timeout=30)
         assert answer.json()["path"] == "/anything"
-        assert_converged(server.url, state_dir, CLUSTER, 30)
+        assert_converged(server, state_dir, CLUSTER, 30)
         assert seen_two

@@ -39,7 +39,7 @@ class ProxiedSetup:
     state_dir: Path
 
     def converged(self, timeout: float = 30.0) -> float:
-        return assert_converged(self.server.url, self.state_dir, CLUSTER, timeout)
+        return assert_converged(self.server, self.state_dir, CLUSTER, timeout)
 
 
 @contextlib.contextmanager
@@ -64,15 +64,15 @@ def sync_pushes(server_url: str) -> float:
     return sum(float(value) for value in SYNC_PUSHES.findall(text))
 
 
-def cluster_connected(server_url: str) -> bool | None:
-    response = httpx.get(f"{server_url}/v1/clusters/{CLUSTER}", timeout=5)
+def cluster_connected(server: ServerProcess) -> bool | None:
+    response = httpx.get(f"{server.url}/v1/clusters/{CLUSTER}", headers=server.headers, timeout=5)
     if response.status_code == 404:
         return None
     return bool(response.json().get("status", {}).get("connected"))
 
 
 def test_agent_converges_after_the_link_is_cut_again_and_again(tmp_path: Path) -> None:
-    with proxied(tmp_path) as setup, Writers(setup.server.url) as writers:
+    with proxied(tmp_path) as setup, Writers(setup.server) as writers:
         writers.run(puts([f"api-{i}" for i in range(10)], 9001))
         setup.converged()
 
@@ -93,7 +93,7 @@ def test_agent_converges_after_the_link_is_cut_again_and_again(tmp_path: Path) -
 
 
 def test_agent_converges_after_a_silent_stall_is_resumed(tmp_path: Path) -> None:
-    with proxied(tmp_path) as setup, Writers(setup.server.url) as writers:
+    with proxied(tmp_path) as setup, Writers(setup.server) as writers:
         writers.run(puts([f"api-{i}" for i in range(10)], 9001))
         setup.converged()
 
@@ -112,7 +112,7 @@ def test_agent_converges_after_a_silent_stall_is_resumed(tmp_path: Path) -> None
 
 
 def test_agent_converges_over_a_link_with_200ms_latency(tmp_path: Path) -> None:
-    with proxied(tmp_path, delay=0.2) as setup, Writers(setup.server.url) as writers:
+    with proxied(tmp_path, delay=0.2) as setup, Writers(setup.server) as writers:
         writers.run(puts([f"api-{i}" for i in range(10)], 9001))
         first = setup.converged()
         writers.run([*puts([f"api-{i}" for i in range(0, 10, 2)], 9002), Write("DELETE", "api-1")])
@@ -125,9 +125,9 @@ def test_stalled_link_is_detected_as_disconnected(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("MESHPLANE_KEEPALIVE_INTERVAL", str(KEEPALIVE_INTERVAL))
     monkeypatch.setenv("MESHPLANE_KEEPALIVE_TIMEOUT", str(KEEPALIVE_TIMEOUT))
     with proxied(tmp_path) as setup:
-        wait_until(lambda: cluster_connected(setup.server.url) is True, 30, "the cluster to show as connected")
+        wait_until(lambda: cluster_connected(setup.server) is True, 30, "the cluster to show as connected")
 
         setup.proxy.stall()
         stalled_at = time.monotonic()
-        wait_until(lambda: cluster_connected(setup.server.url) is False, DETECTION_BOUND, "the server to notice")
+        wait_until(lambda: cluster_connected(setup.server) is False, DETECTION_BOUND, "the server to notice")
         print(f"\nstalled link detected as disconnected after {time.monotonic() - stalled_at:.1f}s")

@@ -13,7 +13,7 @@ import pytest
 from meshplane.model.wire import integral
 from tests.faults import Write, Writers
 from tests.harness.convergence import assert_converged, held_bytes, store_apis
-from tests.harness.meshplane import run_agent, run_server
+from tests.harness.meshplane import ServerProcess, run_agent, run_server
 from tests.harness.process import wait_until
 from tests.harness.tcp_proxy import run_tcp_proxy
 
@@ -41,24 +41,24 @@ def applied_updates(log: str, type_name: str = "API") -> list[dict]:
     return records
 
 
-def projection_matches_store(server_url: str) -> bool:
+def projection_matches_store(server: ServerProcess) -> bool:
     """The server's projection for the cluster (`/v1/clusters/{name}/resources`) equals what the store places there."""
-    response = httpx.get(f"{server_url}/v1/clusters/{CLUSTER}/resources", timeout=10)
+    response = httpx.get(f"{server.url}/v1/clusters/{CLUSTER}/resources", headers=server.headers, timeout=10)
     response.raise_for_status()
     items = [item for item in response.json()["items"] if item["typeUrl"].endswith(".API")]
     projected = {item["name"]: integral(item["object"]["spec"]) for item in items}
-    return projected == store_apis(server_url, CLUSTER)
+    return projected == store_apis(server, CLUSTER)
 
 
 @pytest.mark.timeout(120)
 def test_offline_cluster_catches_up_in_one_round(tmp_path: Path) -> None:
     rng = random.Random(7)
     state_dir = tmp_path / f"agent-{CLUSTER}"
-    with run_server(tmp_path) as server, Writers(server.url, workers=8) as writers:
+    with run_server(tmp_path) as server, Writers(server, workers=8) as writers:
         # Online: the agent holds the first two thirds of the names.
         with run_agent(tmp_path, CLUSTER, server.grpc_address):
             writers.run([Write("PUT", f"api-{i:03d}", port=10_000 + i) for i in range(NAMES * 2 // 3)])
-            assert_converged(server.url, state_dir, CLUSTER, 30)
+            assert_converged(server, state_dir, CLUSTER, 30)
 
         # Offline: thousands of changes over all the names, about one in ten a delete.
         changes = [offline_change(i, rng) for i in range(CHANGES)]
@@ -67,18 +67,18 @@ def test_offline_cluster_catches_up_in_one_round(tmp_path: Path) -> None:
         assert all(w.acknowledged or (w.op == "DELETE" and w.status == 404) for w in answered), {
             w.status for w in answered
         }
-        wait_until(lambda: projection_matches_store(server.url), 30, "the server's projection to take every change")
+        wait_until(lambda: projection_matches_store(server), 30, "the server's projection to take every change")
 
         # Back online, through a proxy that counts what the server sends.
         with run_tcp_proxy(server.grpc_port) as proxy:
             log_offset = len(applied_updates((tmp_path / f"agent-{CLUSTER}.log").read_text()))
             with run_agent(tmp_path, CLUSTER, proxy.address) as agent:
-                took = assert_converged(server.url, state_dir, CLUSTER, 30)
+                took = assert_converged(server, state_dir, CLUSTER, 30)
                 updates = applied_updates(agent.process.log())[log_offset:]
                 sent = proxy.bytes_downstream
 
         distinct = held_bytes(state_dir)
-        held = len(store_apis(server.url, CLUSTER))
+        held = len(store_apis(server, CLUSTER))
         print(
             f"\noffline agent: {CHANGES} changes over {NAMES} names, {held} held at the end; caught up in "
             f"{took:.2f}s with {len(updates)} API update(s) ({updates[0]['upserts'] if updates else 0} upserts, "

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 
 from meshplane.model.wire import integral
 from meshplane.proto.v1 import resources_pb2
+from tests.harness.meshplane import ServerProcess
 
 API_TYPE_URL = "type.googleapis.com/meshplane.v1.API"
 
@@ -71,9 +72,9 @@ def _list(http: httpx.Client, path: str) -> list[dict[str, Any]]:
         params = {"limit": 1000, "continue": token}
 
 
-def store_apis(server_url: str, cluster: str) -> dict[str, dict[str, Any]]:
+def store_apis(server: ServerProcess, cluster: str) -> dict[str, dict[str, Any]]:
     """`project/name` -> spec of every API the store places on the cluster, read over REST."""
-    with httpx.Client(base_url=server_url, timeout=10) as http:
+    with server.http() as http:
         response = http.get(f"/v1/clusters/{cluster}")
         if response.status_code == 404:
             labels: dict[str, str] = {}  # not registered yet: only what goes everywhere or names it
@@ -125,7 +126,7 @@ def difference(expected: dict[str, dict[str, Any]], held: dict[str, dict[str, An
     )
 
 
-def assert_converged(server_url: str, agent_state_dir: Path, cluster: str, timeout: float = 30.0) -> float:
+def assert_converged(server: ServerProcess, agent_state_dir: Path, cluster: str, timeout: float = 30.0) -> float:
     """Poll until the agent holds exactly the APIs the store places on `cluster`; return the seconds it took.
 
     Nothing missing, nothing extra, every spec equal. A server that does not answer (restarting) or a
@@ -136,7 +137,7 @@ def assert_converged(server_url: str, agent_state_dir: Path, cluster: str, timeo
     last: Difference | str = "no comparison made"
     while True:
         try:
-            expected = store_apis(server_url, cluster)
+            expected = store_apis(server, cluster)
             held = agent_apis(agent_state_dir)
         except (httpx.HTTPError, sqlite3.Error) as exc:
             last = f"{type(exc).__name__}: {exc}"

@@ -187,10 +187,11 @@ def run_agent(
 
 @dataclass
 class ServiceProcess:
-    """An enforcer or a rate limiter: its process and the gRPC port gateways call."""
+    """An enforcer or a rate limiter: its process, the gRPC port gateways call, and its Prometheus port."""
 
     process: Process
     port: int
+    metrics_port: int
 
     @property
     def address(self) -> str:
@@ -199,9 +200,11 @@ class ServiceProcess:
 
 @contextlib.contextmanager
 def _run_service(tmp_path: Path, name: str, argv: list[str], port: int) -> Iterator[ServiceProcess]:
+    metrics_port = free_port()
+    argv = [*argv, "--metrics-address", f"127.0.0.1:{metrics_port}"]
     with running(argv, tmp_path / f"{name}.log") as process:
-        process.wait_ready(lambda: port_open(port), 30.0, f"the {name}'s gRPC port")
-        yield ServiceProcess(process, port)
+        process.wait_ready(lambda: port_open(port) and port_open(metrics_port), 30.0, f"the {name}'s ports")
+        yield ServiceProcess(process, port, metrics_port)
 
 
 @contextlib.contextmanager

@@ -10,8 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from meshplane.model.resource import API_VERSION
 from tests.harness.kube import KubeAPIServer
 from tests.harness.meshplane import run_agent, run_server
@@ -65,7 +63,7 @@ def test_a_delivered_api_becomes_a_cr_that_follows_changes_and_removal(
     with (
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
         created = wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
@@ -87,7 +85,7 @@ def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
     tmp_path: Path, kube_apiserver: KubeAPIServer
 ) -> None:
     kept, removed = unique("kept"), unique("removed")
-    with run_server(tmp_path) as server, httpx.Client(base_url=server.url, timeout=10) as rest:
+    with run_server(tmp_path) as server, server.http() as rest:
         for name in (kept, removed):
             rest.put(f"/v1/projects/default/apis/{name}", json=api(name, f"/{name}")).raise_for_status()
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
@@ -113,7 +111,7 @@ def test_an_api_the_api_server_forbids_ends_failed_with_its_message(
     with (
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server, kubeconfig=kubeconfig),
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
 

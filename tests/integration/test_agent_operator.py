@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from meshplane.model.resource import API_VERSION
 from tests.harness.kube import KubeAPIServer
 from tests.harness.meshplane import run_agent, run_server
@@ -32,7 +30,7 @@ def test_an_api_made_with_kubectl_appears_in_the_control_plane_and_follows(
     kube_apiserver.create_namespace("shop")
     with (
         run_server(tmp_path) as server,
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         project = {"kind": "Project", "metadata": {"name": "shop"}, "spec": {}}
         rest.post("/v1/projects", json=project).raise_for_status()
@@ -67,7 +65,7 @@ def test_drift_on_a_managed_cr_is_reverted(tmp_path: Path, kube_apiserver: KubeA
     with (
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
         wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")

@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -37,10 +37,23 @@ spec:
 """
 
 
-def meshplane(*args: str, server: str | None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the CLI to completion (at most 30 s), with no MESHPLANE_* settings inherited from the caller."""
+def cli(args: Sequence[str], server: ServerProcess | str | None) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of a CLI run, with no MESHPLANE_* settings inherited from the caller:
+    signed in as the admin of a running `server`, or given `--server` with a bare URL (where none answers)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLANE_")}
-    argv = [sys.executable, "-m", "meshplane", *args, *(["--server", server] if server else [])]
+    argv = [sys.executable, "-m", "meshplane", *args]
+    if isinstance(server, ServerProcess):
+        env |= server.cli_env
+    elif server is not None:
+        argv += ["--server", server]
+    return argv, env
+
+
+def meshplane(
+    *args: str, server: ServerProcess | str | None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI to completion (at most 30 s); `server` as for `cli`."""
+    argv, env = cli(args, server)
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, env=env, check=False)
 
 
@@ -51,23 +64,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-def shop(server: ServerProcess) -> str:
-    """Project `shop` holding API `orders`, as MANIFEST describes them; the server's URL."""
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+def shop(server: ServerProcess) -> ServerProcess:
+    """Project `shop` holding API `orders`, as MANIFEST describes them; the server."""
+    with server.http() as http:
         for doc in yaml.safe_load_all(MANIFEST):
             project = doc["metadata"].get("project")
             base = f"/v1/projects/{project}/apis" if project else "/v1/projects"
             assert http.put(f"{base}/{doc['metadata']['name']}", json=doc).is_success
-    return server.url
+    return server
 
 
 def test_apply_creates_every_document_then_configures_them_on_reapply(tmp_path: Path) -> None:
     manifest = tmp_path / "shop.yaml"
     manifest.write_text(MANIFEST)
     with run_server(tmp_path) as fresh:
-        first = meshplane("apply", "-f", str(manifest), server=fresh.url)
-        again = meshplane("apply", "-f", str(manifest), server=fresh.url)
-        stored = httpx.get(f"{fresh.url}/v1/projects/shop/apis/orders", timeout=10).json()
+        first = meshplane("apply", "-f", str(manifest), server=fresh)
+        again = meshplane("apply", "-f", str(manifest), server=fresh)
+        stored = httpx.get(f"{fresh.url}/v1/projects/shop/apis/orders", headers=fresh.headers, timeout=10).json()
 
     assert first.returncode == 0, first.stderr
     assert first.stdout.splitlines() == ["projects/shop created", "apis/orders -p shop created"]
@@ -78,11 +91,12 @@ def test_apply_creates_every_document_then_configures_them_on_reapply(tmp_path: 
 def test_apply_reads_standard_input(server: ServerProcess) -> None:
     manifest = MANIFEST.replace("shop", "piped").replace("basePath: /orders", "basePath: /piped")
 
-    result = meshplane("apply", "-f", "-", server=server.url, stdin=manifest)
+    result = meshplane("apply", "-f", "-", server=server, stdin=manifest)
 
     assert result.returncode == 0, result.stderr
     assert "apis/orders -p piped" in result.stdout
-    assert httpx.get(f"{server.url}/v1/projects/piped/apis/orders", timeout=10).status_code == 200
+    with server.http() as http:
+        assert http.get("/v1/projects/piped/apis/orders").status_code == 200
 
 
 def test_apply_puts_objects_without_a_project_in_the_one_given(server: ServerProcess) -> None:
@@ -90,13 +104,13 @@ def test_apply_puts_objects_without_a_project_in_the_one_given(server: ServerPro
     del api["metadata"]["project"]
     api["spec"]["basePath"] = "/unprojected"  # two APIs may not answer the same requests
 
-    result = meshplane("apply", "-f", "-", "-p", "default", server=server.url, stdin=yaml.safe_dump(api))
+    result = meshplane("apply", "-f", "-", "-p", "default", server=server, stdin=yaml.safe_dump(api))
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "apis/orders -p default created"
 
 
-def test_get_lists_apis_of_a_project_as_a_table(shop: str) -> None:
+def test_get_lists_apis_of_a_project_as_a_table(shop: ServerProcess) -> None:
     result = meshplane("get", "apis", "-p", "shop", server=shop)
 
     assert result.returncode == 0, result.stderr
@@ -113,16 +127,17 @@ def test_table_keeps_long_names_and_labels_whole_when_piped(server: ServerProces
         "metadata": {"name": name, "project": "default", "labels": labels},
     }
     doc["spec"]["basePath"] = "/long"
-    assert httpx.put(f"{server.url}/v1/projects/default/apis/{name}", json=doc, timeout=10).is_success
+    with server.http() as http:
+        assert http.put(f"/v1/projects/default/apis/{name}", json=doc).is_success
 
-    result = meshplane("get", "apis", "-p", "default", server=server.url)
+    result = meshplane("get", "apis", "-p", "default", server=server)
 
     [row] = [line.split() for line in result.stdout.splitlines() if line.split()[:1] == [name]]
     assert row[2] == "example.com/region=eu-west-1,team=checkout,tier=gold"
 
 
 @pytest.mark.parametrize("output", ["yaml", "json"])
-def test_get_one_object_prints_it_in_a_parseable_format(shop: str, output: str) -> None:
+def test_get_one_object_prints_it_in_a_parseable_format(shop: ServerProcess, output: str) -> None:
     result = meshplane("get", "api", "orders", "-p", "shop", "-o", output, server=shop)
 
     assert result.returncode == 0, result.stderr
@@ -132,22 +147,22 @@ def test_get_one_object_prints_it_in_a_parseable_format(shop: str, output: str) 
 
 
 @pytest.mark.parametrize("word", ["API", "apis", "api", "APIs"])
-def test_kind_words_are_read_case_insensitively(shop: str, word: str) -> None:
+def test_kind_words_are_read_case_insensitively(shop: ServerProcess, word: str) -> None:
     result = meshplane("get", word, "-p", "shop", "-o", "json", server=shop)
 
     assert result.returncode == 0, result.stderr
     assert [item["metadata"]["name"] for item in json.loads(result.stdout)] == ["orders"]
 
 
-def test_delete_removes_the_object(shop: str) -> None:
+def test_delete_removes_the_object(shop: ServerProcess) -> None:
     result = meshplane("delete", "api", "orders", "-p", "shop", server=shop)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "apis/orders deleted"
-    assert httpx.get(f"{shop}/v1/projects/shop/apis/orders", timeout=10).status_code == 404
+    assert httpx.get(f"{shop.url}/v1/projects/shop/apis/orders", headers=shop.headers, timeout=10).status_code == 404
 
 
-def test_get_of_a_missing_object_fails_with_the_servers_reason(shop: str) -> None:
+def test_get_of_a_missing_object_fails_with_the_servers_reason(shop: ServerProcess) -> None:
     result = meshplane("get", "api", "nothing", "-p", "shop", server=shop)
 
     assert result.returncode == 1
@@ -168,7 +183,7 @@ def test_apply_of_invalid_yaml_fails_cleanly(server: ServerProcess, tmp_path: Pa
     manifest = tmp_path / "broken.yaml"
     manifest.write_text("kind: API\nmetadata: {name: orders\n")
 
-    result = meshplane("apply", "-f", str(manifest), server=server.url)
+    result = meshplane("apply", "-f", str(manifest), server=server)
 
     _assert_clean_failure(result, "line")
 
@@ -176,19 +191,19 @@ def test_apply_of_invalid_yaml_fails_cleanly(server: ServerProcess, tmp_path: Pa
 def test_apply_of_an_invalid_object_names_the_field_path(server: ServerProcess) -> None:
     manifest = MANIFEST.replace("port: 9001", "port: 99999").replace("shop", "invalid")
 
-    result = meshplane("apply", "-f", "-", server=server.url, stdin=manifest)
+    result = meshplane("apply", "-f", "-", server=server, stdin=manifest)
 
     _assert_clean_failure(result, "422", "spec.backends[0].port")
 
 
 def test_apply_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
-    result = meshplane("apply", "-f", "-", server=server.url, stdin="kind: Gadget\nmetadata: {name: g}\nspec: {}\n")
+    result = meshplane("apply", "-f", "-", server=server, stdin="kind: Gadget\nmetadata: {name: g}\nspec: {}\n")
 
     _assert_clean_failure(result, "Gadget")
 
 
 def test_get_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
-    result = meshplane("get", "gadgets", server=server.url)
+    result = meshplane("get", "gadgets", server=server)
 
     _assert_clean_failure(result, "gadgets")
 

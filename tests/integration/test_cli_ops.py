@@ -5,11 +5,9 @@ and `agent config-dump` shows what an agent serves its gateways."""
 from __future__ import annotations
 
 import json
-import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +21,7 @@ from meshplane.agent.bootstrap import envoy_bootstrap
 from tests.harness.envoy import run_envoy_config
 from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from tests.harness.process import free_port
-from tests.integration.test_cli import meshplane
+from tests.integration.test_cli import cli, meshplane
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -42,7 +40,7 @@ def api(name: str, project: str = "default", *, operations: list[dict] | None = 
     }
 
 
-def apply(tmp_path: Path, server: str, *docs: dict, args: tuple[str, ...] = ("--wait", "--timeout", "20")):
+def apply(tmp_path: Path, server: ServerProcess, *docs: dict, args: tuple[str, ...] = ("--wait", "--timeout", "20")):
     manifest = tmp_path / f"manifest-{time.monotonic_ns()}.yaml"
     manifest.write_text(yaml.safe_dump_all(docs))
     return meshplane("apply", "-f", str(manifest), *args, server=server)
@@ -53,12 +51,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc
     """A server and one agent (cluster edge-1) with no gateway: the agent applies at once."""
     tmp = tmp_path_factory.mktemp("ops")
     with run_server(tmp) as server, run_agent(tmp, "edge-1", server) as agent:
-        wait_for(lambda: _cluster_connected(server.url, "edge-1"), "cluster edge-1 to connect")
+        wait_for(lambda: _cluster_connected(server, "edge-1"), "cluster edge-1 to connect")
         yield server, agent
 
 
-def _cluster_connected(url: str, cluster: str) -> bool:
-    response = httpx.get(f"{url}/v1/clusters/{cluster}", timeout=5)
+def _cluster_connected(server: ServerProcess, cluster: str) -> bool:
+    response = httpx.get(f"{server.url}/v1/clusters/{cluster}", headers=server.headers, timeout=5)
     return response.status_code == 200 and bool(response.json().get("status", {}).get("connected"))
 
 
@@ -70,8 +68,9 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> Non
         time.sleep(0.1)
 
 
-def delivery(url: str, name: str) -> list[dict]:
-    return httpx.get(f"{url}/v1/projects/default/apis/{name}", timeout=5).json()["status"].get("clusters", [])
+def delivery(server: ServerProcess, name: str) -> list[dict]:
+    response = httpx.get(f"{server.url}/v1/projects/default/apis/{name}", headers=server.headers, timeout=5)
+    return response.json()["status"].get("clusters", [])
 
 
 # --- apply --wait ---
@@ -81,10 +80,10 @@ def test_apply_wait_exits_0_once_every_placed_cluster_applied_the_new_version(
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    first = apply(tmp_path, server.url, api("waited"))
-    applied_first = delivery(server.url, "waited")
-    changed = apply(tmp_path, server.url, api("waited", operations=[{"method": "POST", "path": "/items"}]))
-    applied_changed = delivery(server.url, "waited")
+    first = apply(tmp_path, server, api("waited"))
+    applied_first = delivery(server, "waited")
+    changed = apply(tmp_path, server, api("waited", operations=[{"method": "POST", "path": "/items"}]))
+    applied_changed = delivery(server, "waited")
 
     assert first.returncode == 0, first.stdout + first.stderr
     assert "apis/waited -p default edge-1 Applied" in first.stdout.splitlines()
@@ -99,10 +98,10 @@ def test_apply_wait_of_an_unchanged_object_returns_at_once(
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    assert apply(tmp_path, server.url, api("steady")).returncode == 0
+    assert apply(tmp_path, server, api("steady")).returncode == 0
 
     started = time.monotonic()
-    again = apply(tmp_path, server.url, api("steady"))
+    again = apply(tmp_path, server, api("steady"))
 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "apis/steady -p default edge-1 Applied" in again.stdout
@@ -116,7 +115,7 @@ def test_apply_wait_completes_at_once_for_objects_placed_on_no_cluster(
     nowhere = api("nowhere", placement={"clusterSelector": {"matchLabels": {"region": "mars"}}})
     project = {"apiVersion": "meshplane.io/v1alpha1", "kind": "Project", "metadata": {"name": "lonely"}, "spec": {}}
 
-    result = apply(tmp_path, server.url, project, nowhere)
+    result = apply(tmp_path, server, project, nowhere)
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "apis/nowhere -p default: placed on no cluster" in result.stdout
@@ -126,10 +125,10 @@ def test_apply_wait_completes_at_once_for_objects_placed_on_no_cluster(
 def test_apply_wait_times_out_with_exit_2_while_a_placed_cluster_is_offline(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
         with run_agent(tmp_path, "edge-off", server):
-            wait_for(lambda: _cluster_connected(server.url, "edge-off"), "cluster edge-off to connect")
+            wait_for(lambda: _cluster_connected(server, "edge-off"), "cluster edge-off to connect")
         # The agent is gone; the cluster stays registered and the object is placed on it.
 
-        result = apply(tmp_path, server.url, api("stuck"), args=("--wait", "--timeout", "2"))
+        result = apply(tmp_path, server, api("stuck"), args=("--wait", "--timeout", "2"))
 
     assert result.returncode == 2, result.stdout + result.stderr
     assert "apis/stuck -p default edge-off Pending" in result.stdout
@@ -145,12 +144,12 @@ def test_apply_wait_exits_1_with_envoys_message_when_the_gateway_rejects(tmp_pat
         }
         with run_envoy_config(tmp_path, "gw-strict", bootstrap) as envoy:
             envoy.wait_listener(agent.gateway_port)
-            good = apply(tmp_path, server.url, api("orders"))
+            good = apply(tmp_path, server, api("orders"))
             templated = [
                 {"method": "GET", "path": "/items"},
                 {"method": "GET", "path": "/items/{id}/parts/{part}/x/{y}"},
             ]
-            rejected = apply(tmp_path, server.url, api("orders", operations=templated))
+            rejected = apply(tmp_path, server, api("orders", operations=templated))
 
     assert good.returncode == 0, good.stdout + good.stderr
     assert rejected.returncode == 1, rejected.stdout + rejected.stderr
@@ -166,9 +165,8 @@ def test_apply_wait_exits_1_with_envoys_message_when_the_gateway_rejects(tmp_pat
 class LineStream:
     """A running CLI command whose standard output is read line by line as it comes."""
 
-    def __init__(self, *args: str, server: str):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLANE_")}
-        argv = [sys.executable, "-m", "meshplane", *args, "--server", server]
+    def __init__(self, *args: str, server: ServerProcess):
+        argv, env = cli(args, server)
         self.popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
@@ -210,7 +208,7 @@ class LineStream:
 def stream() -> Iterator[Callable[..., LineStream]]:
     started: list[LineStream] = []
 
-    def start(*args: str, server: str) -> LineStream:
+    def start(*args: str, server: ServerProcess) -> LineStream:
         started.append(LineStream(*args, server=server))
         return started[-1]
 
@@ -229,14 +227,14 @@ def test_get_watch_lists_then_streams_added_modified_and_deleted(
     fleet: tuple[ServerProcess, AgentProcess], stream: Callable[..., LineStream]
 ) -> None:
     server, _ = fleet
-    rest = httpx.Client(base_url=server.url, timeout=10)
+    rest = server.http()
     assert rest.put(
         "/v1/projects/watched", json={"kind": "Project", "metadata": {"name": "watched"}, "spec": {}}
     ).is_success
     base = "/v1/projects/watched/apis"
     existing = rest.put(f"{base}/existing", json=api("existing", "watched")).json()
 
-    watch = stream("get", "apis", "-w", "-p", "watched", server=server.url)
+    watch = stream("get", "apis", "-w", "-p", "watched", server=server)
     listed = watch.next_matching(starts_with("ADDED apis/existing "))
     created = rest.put(f"{base}/fresh", json=api("fresh", "watched")).json()
     added = watch.next_matching(starts_with("ADDED apis/fresh "))
@@ -260,9 +258,9 @@ def test_get_watch_of_one_name_prints_json_events(
     fleet: tuple[ServerProcess, AgentProcess], stream: Callable[..., LineStream]
 ) -> None:
     server, _ = fleet
-    rest = httpx.Client(base_url=server.url, timeout=10)
+    rest = server.http()
 
-    watch = stream("get", "api", "jsonwatched", "-w", "-o", "json", server=server.url)
+    watch = stream("get", "api", "jsonwatched", "-w", "-o", "json", server=server)
     # Whether the create lands before the command lists or after, it reads as ADDED first.
     rest.put("/v1/projects/default/apis/other-name", json=api("other-name"))
     rest.put("/v1/projects/default/apis/jsonwatched", json=api("jsonwatched"))
@@ -285,12 +283,13 @@ def test_diff_exits_0_and_prints_nothing_when_the_file_matches_the_server_defaul
 ) -> None:
     server, _ = fleet
     doc = api("same")
-    assert httpx.put(f"{server.url}/v1/projects/default/apis/same", json=doc, timeout=10).is_success
+    with server.http() as http:
+        assert http.put("/v1/projects/default/apis/same", json=doc).is_success
     del doc["metadata"]["project"]  # -p default supplies it, as for apply
     manifest = tmp_path / "same.yaml"
     manifest.write_text(yaml.safe_dump(doc))
 
-    result = meshplane("diff", "-f", str(manifest), server=server.url)
+    result = meshplane("diff", "-f", str(manifest), server=server)
 
     assert (result.returncode, result.stdout) == (0, ""), result.stderr
 
@@ -299,13 +298,14 @@ def test_diff_exits_1_with_a_unified_diff_of_spec_and_labels_and_marks_new_objec
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    assert httpx.put(f"{server.url}/v1/projects/default/apis/drift", json=api("drift"), timeout=10).is_success
+    with server.http() as http:
+        assert http.put("/v1/projects/default/apis/drift", json=api("drift")).is_success
     changed = api("drift", operations=[{"method": "POST", "path": "/items"}])
     changed["metadata"]["labels"] = {"team": "checkout"}
     manifest = tmp_path / "drift.yaml"
     manifest.write_text(yaml.safe_dump_all([changed, api("brand-new")]))
 
-    result = meshplane("diff", "-f", str(manifest), server=server.url)
+    result = meshplane("diff", "-f", str(manifest), server=server)
 
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
@@ -314,7 +314,8 @@ def test_diff_exits_1_with_a_unified_diff_of_spec_and_labels_and_marks_new_objec
     assert "+    team: checkout" in lines
     assert "apis/brand-new -p default: new" in lines
     # Nothing was applied.
-    assert httpx.get(f"{server.url}/v1/projects/default/apis/brand-new", timeout=10).status_code == 404
+    with server.http() as http:
+        assert http.get("/v1/projects/default/apis/brand-new").status_code == 404
 
 
 def test_diff_exits_2_on_an_invalid_document(fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path) -> None:
@@ -324,7 +325,7 @@ def test_diff_exits_2_on_an_invalid_document(fleet: tuple[ServerProcess, AgentPr
     manifest = tmp_path / "broken.yaml"
     manifest.write_text(yaml.safe_dump(broken))
 
-    result = meshplane("diff", "-f", str(manifest), server=server.url)
+    result = meshplane("diff", "-f", str(manifest), server=server)
 
     assert result.returncode == 2
     assert "backends" in result.stderr
@@ -337,8 +338,8 @@ def test_config_dump_shows_the_gateway_listener_the_route_of_an_api_and_the_obje
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, agent = fleet
-    assert apply(tmp_path, server.url, api("dumped")).returncode == 0
-    [entry] = delivery(server.url, "dumped")
+    assert apply(tmp_path, server, api("dumped")).returncode == 0
+    [entry] = delivery(server, "dumped")
 
     as_json = meshplane("agent", "config-dump", "--admin-address", agent.admin_address, server=None)
     as_yaml = meshplane("agent", "config-dump", "--admin-address", agent.admin_address, "-o", "yaml", server=None)
@@ -363,7 +364,7 @@ def test_config_dump_shows_the_gateway_listener_the_route_of_an_api_and_the_obje
 
 def test_agent_admin_serves_metrics_and_health(fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path) -> None:
     server, agent = fleet
-    assert apply(tmp_path, server.url, api("counted")).returncode == 0
+    assert apply(tmp_path, server, api("counted")).returncode == 0
 
     metrics = httpx.get(f"http://{agent.admin_address}/metrics", timeout=5)
     health = httpx.get(f"http://{agent.admin_address}/healthz", timeout=5)

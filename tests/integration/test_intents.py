@@ -55,7 +55,7 @@ def server(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(server: ServerProcess) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with server.http() as http:
         apply(http, "clusters.yaml")
         [intent] = load_documents((EXAMPLES / "external.yaml").read_text())
         intent["spec"]["placement"] = {"logicalCloud": "nowhere"}
@@ -70,7 +70,7 @@ def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(s
 
 
 def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")
         [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
         ingress["metadata"]["name"] = "storefront-copy"
@@ -80,7 +80,7 @@ def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
 
 
 def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: ServerProcess, tmp_path: Path) -> None:
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml")
         wait_until(
             lambda: "sa/cart" in json.dumps(manifests(http, "edge-1").get("shop/AuthorizationPolicy/orders-allow"))
@@ -118,7 +118,7 @@ def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: Serv
 
 def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(server: ServerProcess) -> None:
     files = ["clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml"]
-    with httpx.Client(base_url=server.url, timeout=10) as http:
+    with server.http() as http:
         apply(http, *files)
         wait_until(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
         served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-2/resources", params={"output": "yaml"}).text))

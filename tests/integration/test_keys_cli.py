@@ -7,7 +7,6 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import jwt
 import pytest
 
@@ -24,28 +23,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture
-def mobile(server: ServerProcess) -> str:
-    """Application `mobile` in project `default`; the server's URL."""
+def mobile(server: ServerProcess) -> ServerProcess:
+    """Application `mobile` in project `default`; the server."""
     doc = {"kind": "Application", "metadata": {"name": "mobile"}, "spec": {}}
-    assert httpx.put(f"{server.url}/v1/projects/default/applications/mobile", json=doc, timeout=10).is_success
-    return server.url
+    with server.http() as http:
+        assert http.put("/v1/projects/default/applications/mobile", json=doc).is_success
+    return server
 
 
-def issue(url: str, *args: str) -> dict:
+def issue(server: ServerProcess, *args: str) -> dict:
     """A new key of `mobile` through the CLI (`-o json`): the whole answer."""
-    result = meshplane("keys", "create", "mobile", "-o", "json", *args, server=url)
+    result = meshplane("keys", "create", "mobile", "-o", "json", *args, server=server)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def listed(url: str) -> dict[str, dict]:
+def listed(server: ServerProcess) -> dict[str, dict]:
     """`keys list mobile -o json`, by key id."""
-    result = meshplane("keys", "list", "mobile", "-o", "json", server=url)
+    result = meshplane("keys", "list", "mobile", "-o", "json", server=server)
     assert result.returncode == 0, result.stderr
     return {view["id"]: view for view in json.loads(result.stdout)}
 
 
-def test_key_only_prints_just_a_signed_key(mobile: str) -> None:
+def test_key_only_prints_just_a_signed_key(mobile: ServerProcess) -> None:
     result = meshplane("keys", "create", "mobile", "--key-only", server=mobile)
 
     assert result.returncode == 0, result.stderr
@@ -55,7 +55,7 @@ def test_key_only_prints_just_a_signed_key(mobile: str) -> None:
     assert all(key.split("."))
 
 
-def test_json_answer_holds_the_id_and_the_key(mobile: str) -> None:
+def test_json_answer_holds_the_id_and_the_key(mobile: ServerProcess) -> None:
     answer = issue(mobile, "--expires-in", "720h")
 
     assert answer["id"].startswith("k-")
@@ -64,7 +64,7 @@ def test_json_answer_holds_the_id_and_the_key(mobile: str) -> None:
     assert answer["expires"]
 
 
-def test_table_shows_the_key_once_on_its_own_line(mobile: str) -> None:
+def test_table_shows_the_key_once_on_its_own_line(mobile: ServerProcess) -> None:
     result = meshplane("keys", "create", "mobile", server=mobile)
 
     assert result.returncode == 0, result.stderr
@@ -76,7 +76,7 @@ def test_table_shows_the_key_once_on_its_own_line(mobile: str) -> None:
     assert lines[1].split()[1:2] == ["signed"]
 
 
-def test_list_shows_keys_without_the_key_material(mobile: str) -> None:
+def test_list_shows_keys_without_the_key_material(mobile: ServerProcess) -> None:
     answer = issue(mobile)
 
     table = meshplane("keys", "list", "mobile", server=mobile)
@@ -91,7 +91,7 @@ def test_list_shows_keys_without_the_key_material(mobile: str) -> None:
     assert all("key" not in view for view in json.loads(as_json.stdout))
 
 
-def test_revoke_marks_the_key_revoked(mobile: str) -> None:
+def test_revoke_marks_the_key_revoked(mobile: ServerProcess) -> None:
     answer = issue(mobile)
 
     result = meshplane("keys", "revoke", "mobile", answer["id"], server=mobile)
@@ -101,7 +101,7 @@ def test_revoke_marks_the_key_revoked(mobile: str) -> None:
     assert listed(mobile)[answer["id"]]["revoked"] is True
 
 
-def test_rotate_prints_a_new_key_and_the_old_one_gets_an_expiry(mobile: str) -> None:
+def test_rotate_prints_a_new_key_and_the_old_one_gets_an_expiry(mobile: ServerProcess) -> None:
     old = issue(mobile)
 
     result = meshplane("keys", "rotate", "mobile", old["id"], "--overlap", "1h", "-o", "json", server=mobile)
@@ -116,7 +116,7 @@ def test_rotate_prints_a_new_key_and_the_old_one_gets_an_expiry(mobile: str) -> 
     assert keys[fresh["id"]]["expires"] is None
 
 
-def test_rotate_in_a_table_names_when_the_old_key_stops(mobile: str) -> None:
+def test_rotate_in_a_table_names_when_the_old_key_stops(mobile: ServerProcess) -> None:
     old = issue(mobile)
 
     result = meshplane("keys", "rotate", "mobile", old["id"], server=mobile)
@@ -127,7 +127,7 @@ def test_rotate_in_a_table_names_when_the_old_key_stops(mobile: str) -> None:
     assert "not shown again" in result.stdout
 
 
-def test_rotate_key_only_prints_just_the_new_key(mobile: str) -> None:
+def test_rotate_key_only_prints_just_the_new_key(mobile: ServerProcess) -> None:
     old = issue(mobile)
 
     result = meshplane("keys", "rotate", "mobile", old["id"], "--key-only", server=mobile)
@@ -137,7 +137,7 @@ def test_rotate_key_only_prints_just_the_new_key(mobile: str) -> None:
     assert result.stdout.strip() != old["key"]
 
 
-def test_a_key_imported_from_a_file_is_kept_as_opaque(mobile: str, tmp_path: Path) -> None:
+def test_a_key_imported_from_a_file_is_kept_as_opaque(mobile: ServerProcess, tmp_path: Path) -> None:
     key = f"legacy-{secrets.token_urlsafe(24)}"
     key_file = tmp_path / "legacy.key"
     key_file.write_text(key + "\n")
@@ -148,14 +148,14 @@ def test_a_key_imported_from_a_file_is_kept_as_opaque(mobile: str, tmp_path: Pat
     assert listed(mobile)[answer["id"]]["kind"] == "opaque"
 
 
-def test_a_missing_import_file_is_a_usage_error(mobile: str, tmp_path: Path) -> None:
+def test_a_missing_import_file_is_a_usage_error(mobile: ServerProcess, tmp_path: Path) -> None:
     result = meshplane("keys", "create", "mobile", "--import-key-file", str(tmp_path / "absent.key"), server=mobile)
 
     assert result.returncode == 2
     assert "absent.key" in result.stderr
 
 
-def test_key_only_with_an_output_format_is_a_usage_error(mobile: str) -> None:
+def test_key_only_with_an_output_format_is_a_usage_error(mobile: ServerProcess) -> None:
     result = meshplane("keys", "create", "mobile", "--key-only", "-o", "json", server=mobile)
 
     assert result.returncode == 2
@@ -163,7 +163,7 @@ def test_key_only_with_an_output_format_is_a_usage_error(mobile: str) -> None:
 
 
 def test_an_unknown_application_fails_with_the_servers_message(server: ServerProcess) -> None:
-    result = meshplane("keys", "create", "nobody", server=server.url)
+    result = meshplane("keys", "create", "nobody", server=server)
 
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -171,14 +171,14 @@ def test_an_unknown_application_fails_with_the_servers_message(server: ServerPro
     assert result.stdout == ""
 
 
-def test_an_unknown_key_fails_with_the_servers_message(mobile: str) -> None:
+def test_an_unknown_key_fails_with_the_servers_message(mobile: ServerProcess) -> None:
     result = meshplane("keys", "revoke", "mobile", "k-0000000000000000", server=mobile)
 
     assert result.returncode == 1
     assert "404" in result.stderr and "k-0000000000000000" in result.stderr
 
 
-def test_a_bad_expiry_fails_with_the_field_path(mobile: str) -> None:
+def test_a_bad_expiry_fails_with_the_field_path(mobile: ServerProcess) -> None:
     result = meshplane("keys", "create", "mobile", "--expires-in", "soon", server=mobile)
 
     assert result.returncode == 1
@@ -186,33 +186,33 @@ def test_a_bad_expiry_fails_with_the_field_path(mobile: str) -> None:
     assert "expiresIn:" in result.stderr and "soon" in result.stderr
 
 
-def rotate_signing_key(url: str) -> str:
+def rotate_signing_key(server: ServerProcess) -> str:
     """`signing-keys rotate`: the new signing key's id, as it printed it."""
-    result = meshplane("signing-keys", "rotate", server=url)
+    result = meshplane("signing-keys", "rotate", server=server)
     assert result.returncode == 0, result.stderr
     kid = result.stdout.split()[2]
     assert result.stdout.strip() == f"signing key {kid} now signs new API keys"
     return kid
 
 
-def test_signing_key_rotate_prints_the_kid_that_signs_new_keys(mobile: str) -> None:
+def test_signing_key_rotate_prints_the_kid_that_signs_new_keys(mobile: ServerProcess) -> None:
     kid = rotate_signing_key(mobile)
 
     assert jwt.get_unverified_header(issue(mobile)["key"])["kid"] == kid
 
 
 def test_a_replaced_signing_key_can_be_retired(server: ServerProcess) -> None:
-    replaced = rotate_signing_key(server.url)
-    rotate_signing_key(server.url)
+    replaced = rotate_signing_key(server)
+    rotate_signing_key(server)
 
-    result = meshplane("signing-keys", "retire", replaced, server=server.url)
+    result = meshplane("signing-keys", "retire", replaced, server=server)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"signing key {replaced} retired"
 
 
 def test_retiring_an_unknown_signing_key_fails_with_the_servers_message(server: ServerProcess) -> None:
-    result = meshplane("signing-keys", "retire", "no-such-kid", server=server.url)
+    result = meshplane("signing-keys", "retire", "no-such-kid", server=server)
 
     assert result.returncode == 1
     assert "404" in result.stderr and "no-such-kid" in result.stderr

@@ -43,12 +43,13 @@ def api_on(cluster: str, name: str) -> dict:
 
 
 def put_api(server: ServerProcess, doc: dict) -> None:
-    response = httpx.put(f"{server.url}/v1/projects/default/apis/{doc['metadata']['name']}", json=doc, timeout=10)
+    with server.http() as http:
+        response = http.put(f"/v1/projects/default/apis/{doc['metadata']['name']}", json=doc)
     assert response.status_code in (200, 201), response.text
 
 
 def cluster_connected(server: ServerProcess, cluster: str) -> bool:
-    response = httpx.get(f"{server.url}/v1/clusters/{cluster}", timeout=5)
+    response = httpx.get(f"{server.url}/v1/clusters/{cluster}", headers=server.headers, timeout=5)
     return response.status_code == 200 and response.json().get("status", {}).get("connected") is True
 
 
@@ -120,7 +121,7 @@ async def test_a_certificate_for_edge_1_cannot_report_for_edge_2(server: ServerP
             assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
             assert "certificate is for cluster 'edge-1', not 'edge-2'" in (refused.value.details() or "")
 
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as rest:
+    async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as rest:
         assert (await rest.get("/v1/clusters/edge-2")).status_code == 404
 
 

@@ -47,7 +47,7 @@ def test_proxyless_grpc_client_follows_the_api_to_its_backend(tmp_path: Path) ->
         run_echo("two") as port_two,
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         put(rest, echo_api(port_one))
         first = call_proxyless(tmp_path, agent.xds_port, TARGET, ECHO_METHOD, "one:", name="client-1")
@@ -73,7 +73,7 @@ def test_envoy_gateway_skips_the_proxyless_resources_and_still_serves(tmp_path: 
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
-        httpx.Client(base_url=server.url, timeout=10) as rest,
+        server.http() as rest,
     ):
         envoy.wait_listener(agent.gateway_port)
         put(rest, echo_api(port_one))

@@ -195,7 +195,7 @@ async def test_requests_past_the_limit_are_over_it_until_the_next_window(tmp_pat
         unknown = await limiter.ask(request("elsewhere", pairs))
         assert (unknown.overall_code, len(unknown.statuses)) == (OK, 0)
         metrics = await asyncio.to_thread(limiter.metrics)
-        assert 'meshplane_ratelimit_decisions_total{code="OVER_LIMIT"} 1.0' in metrics
+        assert 'meshplane_ratelimit_decisions_total{code="OVER_LIMIT",domain="shop"} 1.0' in metrics
         assert 'meshplane_ratelimit_config_updates_total{result="applied"} 1.0' in metrics
 
         limiter.process.stop()
@@ -288,4 +288,4 @@ async def test_an_unreachable_redis_fails_the_call_as_unavailable_at_once(tmp_pa
         assert failed.value.details().startswith("redis: ")
         assert (await limiter.ask(request("elsewhere", [("api", "orders")]))).overall_code == OK
         metrics = await asyncio.to_thread(limiter.metrics)
-        assert 'meshplane_ratelimit_decisions_total{code="UNAVAILABLE"} 1.0' in metrics
+        assert 'meshplane_ratelimit_decisions_total{code="UNAVAILABLE",domain="shop"} 1.0' in metrics

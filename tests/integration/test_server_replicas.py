@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
@@ -33,7 +32,8 @@ def put_api(server: ServerProcess, name: str, cluster: str, port: int = 9001) ->
             "placement": {"clusters": [cluster]},
         },
     }
-    response = httpx.put(f"{server.url}/v1/projects/default/apis/{name}", json=doc, timeout=10)
+    with server.http() as http:
+        response = http.put(f"/v1/projects/default/apis/{name}", json=doc)
     assert response.status_code in (200, 201), response.text
 
 
@@ -41,13 +41,14 @@ def wait_all_applied(server: ServerProcess, names: list[str], timeout: float = 3
     """Every API reports Applied at its current version on its one placed cluster."""
     deadline = time.monotonic() + timeout
     pending = set(names)
-    while pending and time.monotonic() < deadline:
-        for name in sorted(pending):
-            obj = httpx.get(f"{server.url}/v1/projects/default/apis/{name}", timeout=10).json()
-            entries = obj.get("status", {}).get("clusters", [])
-            if [e["state"] for e in entries] == ["Applied"]:
-                pending.discard(name)
-        time.sleep(0.2)
+    with server.http() as http:
+        while pending and time.monotonic() < deadline:
+            for name in sorted(pending):
+                obj = http.get(f"/v1/projects/default/apis/{name}").json()
+                entries = obj.get("status", {}).get("clusters", [])
+                if [e["state"] for e in entries] == ["Applied"]:
+                    pending.discard(name)
+            time.sleep(0.2)
     assert not pending, f"not applied in time: {sorted(pending)}"
 
 
@@ -59,8 +60,10 @@ def test_two_replicas_serve_one_fleet_and_background_work_survives_the_leader(
     tmp_path: Path, shared_database: str
 ) -> None:
     with run_server(tmp_path, shared_database, name="a") as a:
-        # Replicas share one CA, as they would share a Secret in a cluster.
+        # Replicas share one CA, as they would share a Secret in a cluster, and the admin token: only
+        # the first replica writes one (the store has a token when the second starts).
         shutil.copytree(a.data_dir / "pki", tmp_path / "b" / "pki")
+        shutil.copy(a.data_dir / "admin-token", tmp_path / "b" / "admin-token")
         with (
             run_server(tmp_path, shared_database, name="b") as b,
             run_agent(tmp_path, "edge-1", a) as _,
@@ -75,10 +78,11 @@ def test_two_replicas_serve_one_fleet_and_background_work_survives_the_leader(
             wait_all_applied(b, names)
 
             # Concurrent writers never lose an update: a stale write is refused on either replica.
-            current = httpx.get(f"{a.url}/v1/projects/default/apis/api-0", timeout=10).json()
-            stale = {**current, "spec": {**current["spec"], "basePath": "/changed"}}
-            assert httpx.put(f"{b.url}/v1/projects/default/apis/api-0", json=stale, timeout=10).status_code == 200
-            assert httpx.put(f"{a.url}/v1/projects/default/apis/api-0", json=stale, timeout=10).status_code == 409
+            with a.http() as on_a, b.http() as on_b:
+                current = on_a.get("/v1/projects/default/apis/api-0").json()
+                stale = {**current, "spec": {**current["spec"], "basePath": "/changed"}}
+                assert on_b.put("/v1/projects/default/apis/api-0", json=stale).status_code == 200
+                assert on_a.put("/v1/projects/default/apis/api-0", json=stale).status_code == 409
 
             # Kill the replica that leads background work; the survivor takes it over.
             leader, survivor, survivors_cluster = (a, b, "edge-2") if leads(a) else (b, a, "edge-1")

@@ -24,7 +24,7 @@ async def put(http: httpx.AsyncClient, doc: dict) -> None:
 
 async def test_reconnecting_agent_receives_only_what_changed_and_the_names_removed(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
             for name in ("alpha", "bravo", "charlie"):
                 await put(http, api(name))
             await put(http, api("elsewhere", cluster="edge-2"))
@@ -53,7 +53,7 @@ async def test_reconnecting_agent_receives_only_what_changed_and_the_names_remov
 
 async def test_an_agent_receives_only_objects_placed_on_its_cluster(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
-        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
             await put(http, api("everywhere"))
             await put(http, api("only-two", cluster="edge-2"))
             one, two = (

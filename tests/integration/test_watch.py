@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(10.0, read=READ_TIMEOUT)) as client:
+    with server.http(timeout=httpx.Timeout(10.0, read=READ_TIMEOUT)) as client:
         yield client
 
 
