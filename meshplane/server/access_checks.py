@@ -7,23 +7,30 @@ subscribes to an API once (409); an API whose routes would meet another's at a g
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
 from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement
 from meshplane.model.resource import FieldError, InvalidObject, Resource
-from meshplane.server.api_conflicts import first_clash
+from meshplane.server.api_conflicts import first_clash, hosts_overlap
 from meshplane.server.placement import placed_clusters
 from meshplane.server.problems import Problem
 from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
+ApiCatalog = Callable[[], tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]
+"""The clusters (name -> labels) and the APIs (project, name, spec) a server holds in memory, so a write
+need not read every API back from the store; without one, the store is read."""
 
-async def check_access(store: Store, resource: Resource) -> None:
+
+async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | None = None) -> None:
     spec = resource.spec
     project = resource.metadata.project or ""
     if isinstance(spec, APISpec):
-        await _check_api_routes(store, resource, spec)
+        await _check_api_routes(store, resource, spec, catalog)
     elif isinstance(spec, SubscriptionSpec):
         await _check_subscription(store, project, resource.metadata.name, spec)
     elif isinstance(spec, RateLimitPolicySpec):
@@ -70,21 +77,50 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
             raise InvalidObject([FieldError(path="spec.target.operation", message=message)])
 
 
-async def _check_api_routes(store: Store, resource: Resource, spec: APISpec) -> None:
+async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> None:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters = {c.name: c.labels for c in (await store.list("Cluster"))[0]}
+    clusters, apis = catalog() if catalog is not None else await _stored_apis(store)
     mine = placed_clusters(spec.placement, clusters)
     others = []
-    for stored in (await store.list("API"))[0]:
-        if (stored.project, stored.name) == me:
+    for project, name, other in apis:
+        base_path, hostnames = _routing_of(other)
+        if (project, name) == me or not _may_meet(spec, base_path, hostnames):
             continue
-        other = APISpec.model_validate(stored.spec)
-        if _meet(spec.placement, mine, other.placement, clusters):
-            others.append((f"{stored.project}/{stored.name}", other))
+        other_spec = other if isinstance(other, APISpec) else APISpec.model_validate(other)
+        if _meet(spec.placement, mine, other_spec.placement, clusters):
+            others.append((f"{project}/{name}", other_spec))
     found = first_clash(spec, others)
     if found is not None:
         name, where = found
         raise Problem(409, f"API {name} already answers {where} on a shared hostname; its routes would shadow these")
+
+
+async def _stored_apis(
+    store: Store,
+) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec | Mapping[str, Any]]]]:
+    clusters = {c.name: c.labels for c in (await store.list("Cluster"))[0]}
+    return clusters, [(o.project, o.name, o.spec) for o in (await store.list("API"))[0]]
+
+
+def _routing_of(spec: APISpec | Mapping[str, Any]) -> tuple[str, list[str]]:
+    if isinstance(spec, APISpec):
+        return spec.base_path, spec.hostnames
+    return spec["basePath"], spec.get("hostnames", ["*"])
+
+
+def _may_meet(spec: APISpec, base_path: str, hostnames: list[str]) -> bool:
+    """A cheap first look on the stored form: APIs on disjoint hosts, or whose basePaths part at a literal
+    segment, never meet, and most pairs are ruled out here without validating the other API."""
+    if not any(hosts_overlap(mine, theirs) for mine in spec.hostnames for theirs in hostnames):
+        return False
+    for mine, theirs in zip(spec.base_path.split("/")[1:], base_path.split("/")[1:], strict=False):
+        if mine != theirs and not _templated(mine) and not _templated(theirs):
+            return False
+    return True
+
+
+def _templated(segment: str) -> bool:
+    return segment == "*" or (segment.startswith("{") and segment.endswith("}"))
 
 
 def _meet(a: Placement, placed_a: frozenset[str], b: Placement, clusters: dict[str, dict[str, str]]) -> bool:

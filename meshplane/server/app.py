@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from meshplane import __version__
 from meshplane.observability.http_tracing import TraceRequests
 from meshplane.observability.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from meshplane.server.access_checks import ApiCatalog
 from meshplane.server.api import install_object_routes
 from meshplane.server.auth.guard import Authenticator, current_principal
 from meshplane.server.hardening import DEFAULT_MAX_BODY, RequestLimits
@@ -35,6 +36,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     metrics_need_token: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
+    api_catalog: ApiCatalog | None = None,
 ) -> FastAPI:
     """The north API. The server process always passes an authenticator; without one (in-process tests)
     every caller is an admin."""
@@ -78,7 +80,7 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    install_object_routes(app, ObjectService(store))
+    install_object_routes(app, ObjectService(store, api_catalog))
     app.include_router(watch_router(store))
     app.add_middleware(TraceRequests)  # outermost: the span covers every layer, the caller's traceparent first
     return app

@@ -179,6 +179,7 @@ async def run_server(
         authenticator=authenticator_for(settings, tokens),
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
+        api_catalog=projection.api_catalog,
     )
     app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))

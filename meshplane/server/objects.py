@@ -20,7 +20,7 @@ from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import check_access, delete_dependents
+from meshplane.server.access_checks import ApiCatalog, check_access, delete_dependents
 from meshplane.server.intent_checks import check_intent
 from meshplane.server.problems import Problem
 from meshplane.store.errors import NotFound
@@ -91,8 +91,9 @@ def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) 
 
 
 class ObjectService:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
         self.store = store
+        self.api_catalog = api_catalog
 
     async def require_project(self, project: str) -> None:
         try:
@@ -134,7 +135,7 @@ class ObjectService:
 
     async def _check(self, resource: Resource) -> None:
         await check_intent(self.store, resource)
-        await check_access(self.store, resource)
+        await check_access(self.store, resource, self.api_catalog)
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:

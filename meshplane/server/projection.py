@@ -12,6 +12,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement
 from meshplane.model.registry import REGISTRY, KindInfo
@@ -63,6 +64,27 @@ class FleetProjection:
         self.objects: dict[ObjectKey, DeliveredObject] = {}
         self.placed: dict[ObjectKey, frozenset[str]] = {}
         self._dirty: set[ObjectKey] = set()
+        self._related: dict[str, set[ObjectKey]] = {}
+        """project -> its APIs and followers: what a follower's placement is computed from."""
+
+    def _project_objects(self, project: str) -> dict[ObjectKey, DeliveredObject]:
+        return {key: self.objects[key] for key in self._related.get(project, ())}
+
+    def _follow(self, project: str) -> dict[ObjectKey, frozenset[str]]:
+        """Where the followers of `project` go now; nothing to compute for a project without followers."""
+        related = self._related.get(project, set())
+        if not any(key[0] in FOLLOWERS for key in related):
+            return {}
+        return followers_placement(project, self._project_objects(project), self.placed)
+
+    def _index(self, key: ObjectKey, present: bool) -> None:
+        if key[0] not in FOLLOWERS and key[0] != "API":
+            return
+        related = self._related.setdefault(key[1], set())
+        if present:
+            related.add(key)
+        else:
+            related.discard(key)
 
     def reset(
         self,
@@ -74,13 +96,15 @@ class FleetProjection:
         `traces`: the context of the write that made each object what it is, where that write was traced."""
         self.clusters = {c.name: dict(c.labels) for c in clusters}
         self.objects = {}
+        self._related = {}
         traces = traces or {}
         for stored in objects:
             if (delivered := self._deliver(stored, traces.get((stored.kind, stored.project, stored.name)))) is not None:
                 self.objects[(stored.kind, stored.project, stored.name)] = delivered
+                self._index((stored.kind, stored.project, stored.name), True)
         self.placed = {key: self._placement(obj) for key, obj in self.objects.items() if key[0] not in FOLLOWERS}
-        for project in {key[1] for key in self.objects}:
-            self.placed.update(followers_placement(project, self.objects, self.placed))
+        for project in list(self._related):
+            self.placed.update(self._follow(project))
         self._dirty.update(self.objects)
         for group in set(self.cache.groups()) | set(self.clusters):
             self._publish_cluster(group)
@@ -93,9 +117,10 @@ class FleetProjection:
             return
         before = self.placed.get(key, frozenset())
         self.objects[key] = delivered
+        self._index(key, True)
         self._dirty.add(key)
         if key[0] in FOLLOWERS:
-            after = followers_placement(stored.project, self.objects, self.placed).get(key, frozenset())
+            after = self._follow(stored.project).get(key, frozenset())
         else:
             after = self._placement(delivered)
         self._move(key, delivered, before, after, upsert=True)
@@ -114,7 +139,7 @@ class FleetProjection:
 
     def _refollow(self, project: str) -> None:
         """Objects that follow the APIs they touch move when an API, subscription or application does."""
-        for key, after in followers_placement(project, self.objects, self.placed).items():
+        for key, after in self._follow(project).items():
             before = self.placed.get(key, frozenset())
             if after != before:
                 self._dirty.add(key)
@@ -124,6 +149,7 @@ class FleetProjection:
         self._dirty.add(key)
         delivered = self.objects.pop(key, None)
         placed = self.placed.pop(key, frozenset())
+        self._index(key, False)
         if delivered is None:
             return
         for cluster in placed:
@@ -139,6 +165,15 @@ class FleetProjection:
     def remove_cluster(self, name: str) -> None:
         if self.clusters.pop(name, None) is not None:
             self._replace_cluster(name)
+
+    def api_catalog(self) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+        """The clusters and every API as this server last saw them, for write-time route checks."""
+        apis = [
+            (project, name, obj.spec)
+            for (kind, project, name), obj in self.objects.items()
+            if kind == "API" and isinstance(obj.spec, APISpec)
+        ]
+        return self.clusters, apis
 
     def take_dirty(self) -> set[ObjectKey]:
         """Objects whose version or placement changed since the last call: what status must look at."""
@@ -159,8 +194,8 @@ class FleetProjection:
             else:
                 placed.discard(name)
             self.placed[key] = frozenset(placed)
-        for project in {key[1] for key in self.objects}:
-            self.placed.update(followers_placement(project, self.objects, self.placed))
+        for project in list(self._related):
+            self.placed.update(self._follow(project))
         self._dirty.update(self.objects)
         self._publish_cluster(name)
 
