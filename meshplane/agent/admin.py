@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -19,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GATEWAYS
+from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
 from meshplane.config import split_address
+from meshplane.dataplane import ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
@@ -29,13 +31,16 @@ if TYPE_CHECKING:
     from meshplane.agent.runtime import Agent
 
 
-def gateway_dump(cache: ResourceCache, group: str = GATEWAYS) -> list[dict[str, Any]]:
-    """Each Envoy type the gateways are served: its set version and every resource as Envoy's JSON.
+def gateway_dump(
+    cache: ResourceCache, group: str = GATEWAYS, type_urls: Sequence[str] = ENVOY_TYPE_ORDER
+) -> list[dict[str, Any]]:
+    """Each type a group of xDS clients is served (Envoy's for the gateways, ours for the enforcers and
+    rate limiters): its set version and every resource as JSON.
 
-    The Any carries its own type URL; the Envoy modules the translator imports let it be decoded.
+    The Any carries its own type URL; the modules the translator imports let it be decoded.
     """
     dump = []
-    for type_url in ENVOY_TYPE_ORDER:
+    for type_url in type_urls:
         resources = cache.resources(group, type_url)
         dump.append(
             {
@@ -59,7 +64,8 @@ def _kind_of(type_url: str) -> str:
 
 
 def config_dump(agent: Agent) -> dict[str, Any]:
-    """What the agent holds from the control plane and what it serves its gateways.
+    """What the agent holds from the control plane and what it serves its gateways, enforcers and rate
+    limiters.
 
     `objects` are the delivered objects it holds, with their versions; one whose version the gateways
     rejected is marked, and `rejected` lists those versions (the gateways keep the last good one).
@@ -90,6 +96,8 @@ def config_dump(agent: Agent) -> dict[str, Any]:
     return {
         "cluster": agent.settings.cluster,
         "gateways": gateway_dump(agent.gateway_cache),
+        "enforcers": gateway_dump(agent.gateway_cache, ENFORCERS, ENFORCER_TYPES),
+        "ratelimiters": gateway_dump(agent.gateway_cache, RATELIMITERS, (RATELIMIT_CONFIG_TYPE,)),
         "objects": objects,
         "rejected": rejected,
     }

@@ -430,3 +430,17 @@ def test_two_limiters_behind_two_gateways_share_one_count_in_redis(
         answers += [a.request("GET", "/shared/x").status_code, b.request("GET", "/shared/x").status_code]
 
         assert answers == [200, 200, 429, 429]
+
+
+def test_the_agent_shows_what_it_serves_its_enforcer_and_rate_limiter(fleet: Fleet) -> None:
+    dump = httpx.get(f"http://{fleet.agent.admin_address}/config_dump", timeout=10).json()
+
+    served = {entry["typeUrl"].rsplit(".", 1)[-1]: entry["resources"] for entry in dump["enforcers"]}
+    assert [r["name"] for r in served["EnforcerApi"]] == [f"{PROJECT}/opaque"]
+    assert {f"{PROJECT}/good", f"{PROJECT}/lonely", f"{PROJECT}/blocked"} <= {
+        r["name"] for r in served["EnforcerApplication"]
+    }
+    [limits] = dump["ratelimiters"]
+    [config] = limits["resources"]
+    assert config["resource"]["domain"] == "meshplane"
+    assert f"{PROJECT}/limited" in {d["value"] for d in config["resource"]["descriptors"]}
