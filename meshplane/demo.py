@@ -58,7 +58,7 @@ Try, in another shell (with the virtualenv active: . .venv/bin/activate):
   curl -si http://{GATEWAY}/catalog/items        # 401: no key
   KEY=$(meshplane keys create mobile --key-only)
   curl -s -H "x-api-key: $KEY" http://{GATEWAY}/catalog/items   # 200: application mobile, plan gold
-  for i in $(seq 6); do curl -so /dev/null -w '%{{http_code}} ' -H "x-api-key: $KEY" {GATEWAY}/catalog/items; done
+  for i in $(seq 6); do curl -so /dev/null -w '%{{{{http_code}}}} ' -H "x-api-key: $KEY" {GATEWAY}/catalog/items; done
 
 Ctrl-C stops everything.
 """
