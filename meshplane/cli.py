@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -467,19 +468,24 @@ def delete(
 
 def _cluster_rows(clusters: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("CLUSTER", "CONNECTED", "LAST SEEN", "AGENT", "OUT OF DATE", "LABELS"):
-        table.add_column(column, no_wrap=True)
+    for column in ("CLUSTER", "CONNECTED", "LAST SEEN", "AGENT", "OUT OF DATE", "LAG", "LABELS", "LAST ERROR"):
+        table.add_column(column, no_wrap=column != "LAST ERROR")
+    now = datetime.now(UTC)
     for cluster in clusters:
         st = cluster.get("status", {})
         labels = ",".join(f"{k}={v}" for k, v in sorted(cluster["metadata"].get("labels", {}).items()))
         connected = "yes" if st.get("connected") else "no"
+        behind = st.get("behindSince")
+        lag = f"{(now - datetime.fromisoformat(behind)).total_seconds():.0f}s" if behind else "0s"
         table.add_row(
             cluster["metadata"]["name"],
             connected,
             (st.get("lastSeen") or "")[:19],
             st.get("agentVersion", ""),
             str(st.get("outOfDate", "")),
+            lag,
             labels,
+            st.get("lastError") or "",
         )
     return table
 

@@ -39,6 +39,12 @@ class ClusterStatus(WireModel):
     last_seen: str | None = None
     agent_version: str | None = None
     synced_revision: int | None = None
+    out_of_date: int | None = None
+    """Objects placed here whose current version the cluster has not applied."""
+    behind_since: str | None = None
+    """When the oldest change it has not applied was made; absent when in sync."""
+    last_error: str | None = None
+    """Why an object fails here now (the newest such failure)."""
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,9 @@ class StatusRollup:
         self.wake = asyncio.Event()
         self._since: datetime | None = None
         self._stale: dict[str, set[ObjectKey]] = {}
-        self._published_counts: dict[str, int] = {}
+        self._errors: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
+        """cluster -> object -> (since when, why) it fails there, for the objects failing there now."""
+        self._published_counts: dict[str, dict[str, object]] = {}
         self._lag_published: set[str] = set()
 
     async def run(self) -> None:
@@ -146,19 +148,35 @@ class StatusRollup:
             )
             for entry in entries:
                 stale = self._stale.setdefault(entry["cluster"], set())
+                errors = self._errors.setdefault(entry["cluster"], {})
                 if entry["state"] == DeliveryState.APPLIED.value:
                     stale.discard(key)
                 else:
                     stale.add(key)
+                if entry["state"] == DeliveryState.FAILED.value:
+                    what = f"{key[0]} {'/'.join(filter(None, key[1:]))}: {entry.get('message', '')}"
+                    errors[key] = (entry["lastTransitionTime"], what)
+                else:
+                    errors.pop(key, None)
             if entries != stored.status.get("clusters", []):
-                await self.store.merge_status(*key, {"clusters": entries})
+                with contextlib.suppress(NotFound):  # deleted meanwhile: its deliveries go with it
+                    await self.store.merge_status(*key, {"clusters": entries})
 
     async def _publish_cluster_counts(self) -> None:
+        """Each cluster's objects out of date, since when it is behind and its newest failure: fields that
+        change only when the set does, so a status write is rare even while a cluster stays behind."""
         for cluster in self.projection.clusters:
-            count = len(self._stale.get(cluster, ()))
-            if self._published_counts.get(cluster) != count:
-                await self.clusters.update_status(cluster, outOfDate=count)
-                self._published_counts[cluster] = count
+            stale = self._stale.get(cluster, set())
+            changes = [self.projection.objects[key] for key in stale if key in self.projection.objects]
+            errors = self._errors.get(cluster, {})
+            summary = {
+                "outOfDate": len(stale),
+                "behindSince": min(c.changed_at for c in changes).isoformat() if changes else None,
+                "lastError": max(errors.values())[1] if errors else None,
+            }
+            if self._published_counts.get(cluster) != summary:
+                await self.clusters.update_status(cluster, **summary)
+                self._published_counts[cluster] = summary
 
     def _publish_lag(self, lags: Mapping[str, tuple[int, float]]) -> None:
         """Set each cluster's lag gauges, and drop those of clusters no longer listed."""

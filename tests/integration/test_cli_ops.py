@@ -150,6 +150,7 @@ def test_apply_wait_exits_1_with_envoys_message_when_the_gateway_rejects(tmp_pat
                 {"method": "GET", "path": "/items/{id}/parts/{part}/x/{y}"},
             ]
             rejected = apply(tmp_path, server, api("orders", operations=templated))
+            status = meshplane("status", "-o", "json", server=server)
 
     assert good.returncode == 0, good.stdout + good.stderr
     assert rejected.returncode == 1, rejected.stdout + rejected.stderr
@@ -157,6 +158,9 @@ def test_apply_wait_exits_1_with_envoys_message_when_the_gateway_rejects(tmp_pat
     [failure] = [line for line in rejected.stdout.splitlines() if line.startswith("failed ")]
     assert failure.startswith("failed apis/orders -p default on edge-strict: ")
     assert "RE2 program size" in failure
+    [cluster] = [c for c in json.loads(status.stdout) if c["name"] == "edge-strict"]
+    assert (cluster["outOfDate"], bool(cluster["behindSince"])) == (1, True)
+    assert cluster["lastError"].startswith("API default/orders: ") and "RE2" in cluster["lastError"]
 
 
 # --- get -w ---
