@@ -178,6 +178,13 @@ def agent(
     kubeconfig: Annotated[
         Path | None, typer.Option(help="apply delivered objects to this cluster's Kubernetes")
     ] = None,
+    in_cluster: Annotated[
+        bool | None,
+        typer.Option(
+            "--in-cluster/--no-in-cluster",
+            help="without --kubeconfig, use the pod's service account [when running in a pod]",
+        ),
+    ] = None,
     enforcer_address: Annotated[
         str | None, typer.Option(help="enforcer for opaque API keys, e.g. 127.0.0.1:18081 [none]")
     ] = None,
@@ -190,12 +197,16 @@ def agent(
     ratelimiter_failure_mode: Annotated[
         str | None, typer.Option(help="rate limiter unreachable: open or closed [open]")
     ] = None,
+    east_west_gateway: Annotated[
+        str | None, typer.Option(help="host:port where other clusters reach this cluster's services [none]")
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
     if ctx.invoked_subcommand is not None:
         return
+    from meshplane.agent.kube.serviceaccount import NotInCluster
     from meshplane.agent.runtime import Agent
     from meshplane.observability.tracing import configure_tracing
     from meshplane.security.ca import PkiError
@@ -216,10 +227,12 @@ def agent(
         tls_ca=tls_ca,
         tls_server_name=tls_server_name,
         kubeconfig=kubeconfig,
+        in_cluster=in_cluster,
         enforcer_address=enforcer_address,
         ratelimiter_address=ratelimiter_address,
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,
+        east_west_gateway=east_west_gateway,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )
@@ -230,7 +243,11 @@ def agent(
     except PkiError as exc:
         err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
-    run_until_signalled(process.run)
+    try:
+        run_until_signalled(process.run)
+    except NotInCluster as exc:
+        err.print(f"[red]cannot reach this cluster's Kubernetes[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 @agent_app.command("bootstrap")

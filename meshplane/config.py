@@ -188,6 +188,11 @@ class AgentSettings(ProcessSettings):
     kubeconfig: Path | None = Field(
         default=None, description="apply delivered objects to this cluster's Kubernetes with this kubeconfig"
     )
+    in_cluster: bool | None = Field(
+        default=None,
+        description="without a kubeconfig, reach this cluster's Kubernetes as the pod's service account: "
+        "true, false, or unset to do so when running in a pod",
+    )
     enforcer_address: Address | None = Field(
         default=None, description="the enforcer the gateways ask about opaque API keys (e.g. 127.0.0.1:18081)"
     )
@@ -199,4 +204,10 @@ class AgentSettings(ProcessSettings):
     )
     ratelimiter_failure_mode: FailureMode = Field(
         default="open", description="when the rate limiter cannot answer: open (let through) or closed"
+    )
+    east_west_gateway: Address | None = Field(
+        default=None, description="where other clusters reach this cluster's services; reported with them"
+    )
+    cluster_domain: str = Field(
+        default="cluster.local", description="DNS domain of the cluster's services (<service>.<namespace>.svc.<domain>)"
     )

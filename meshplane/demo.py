@@ -136,6 +136,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             "region=local",
             "--state-dir",
             data_dir / "agent",
+            "--no-in-cluster",  # a demo on localhost, even when started in a pod
             "--tls-cert",
             tls.certificate,
             "--tls-key",

@@ -67,7 +67,8 @@ def config_dump(agent: Agent) -> dict[str, Any]:
     """What the agent holds from the control plane and what it serves its gateways, enforcers and rate
     limiters.
 
-    `objects` are the delivered objects it holds, with their versions; one whose version the gateways
+    `objects` are the delivered objects it holds, with their versions, then the APIs made in the cluster
+    (`local`, served instead of the control plane's copy of them); one whose version the gateways
     rejected is marked, and `rejected` lists those versions (the gateways keep the last good one).
     """
     objects: list[dict[str, Any]] = []
@@ -88,6 +89,21 @@ def config_dump(agent: Agent) -> dict[str, Any]:
                     "version": version,
                     "rejected": refused,
                     "object": wire,
+                }
+            )
+    if agent.local is not None and state is not None:
+        versions = agent.local.versions()
+        for name, api in sorted(agent.local.objects.items()):
+            version, type_url = versions.get(name, ""), REGISTRY.get(api.kind).type_url
+            objects.append(
+                {
+                    "kind": api.kind,
+                    "typeUrl": type_url,
+                    "name": name,
+                    "version": version,
+                    "rejected": state.rejected.get((type_url, name)) == version,
+                    "local": True,
+                    "object": api.to_wire(),
                 }
             )
     if state is not None:

@@ -21,7 +21,7 @@ from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 log = get_logger("meshplane.agent.reporter")
 
 # Answers that no retry can change: the report itself is wrong, so keeping it would block the queue.
-_REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
+REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
 
 # Queued bodies are serialized requests: a ReportStatusRequest as is, a ReportObjectsRequest behind this
 # tag (no protobuf message starts with a zero byte, field number 0 being invalid).
@@ -74,7 +74,7 @@ class Reporter:
                     await self.state.drop_report(seq)
                 delay = 0.2
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in _REFUSED:
+                if exc.code() in REFUSED:
                     log.error("server refused a report; dropped", code=exc.code().name, detail=exc.details())
                     await self.state.drop_report(seq)
                     continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import time
 from collections.abc import Mapping
@@ -27,18 +28,24 @@ from meshplane.agent.gateway import (
 from meshplane.agent.kube import KubeApplier, KubeClient
 from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
 from meshplane.agent.kube.operator import KubeOperator
+from meshplane.agent.kube.serviceaccount import in_pod
+from meshplane.agent.kube.services import ServiceKey, ServiceWatch
+from meshplane.agent.local import LocalAPIs
 from meshplane.agent.reporter import Reporter
+from meshplane.agent.service_catalog import ServiceCatalogSync
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.service_backends import service_key
 from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
 from meshplane.agent.translate.translate import api_views
 from meshplane.config import AgentSettings, split_address
+from meshplane.model.kinds import APISpec, EastWestGateway
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
-from meshplane.model.wire import from_message
+from meshplane.model.wire import from_message, resource_name
 from meshplane.observability.grpc_tracing import TraceUnaryCalls
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
@@ -94,6 +101,7 @@ class Agent:
             ratelimiter_address=settings.ratelimiter_address,
             enforcer_fail_open=settings.enforcer_failure_mode == "open",
             ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
+            cluster_domain=settings.cluster_domain,
         )
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
@@ -105,8 +113,14 @@ class Agent:
         self._channel: grpc.aio.Channel | None = None
         self.kube: KubeApplier | None = None
         self.operator: KubeOperator | None = None
+        self.services: ServiceWatch | None = None
+        self.service_sync: ServiceCatalogSync | None = None
+        self.local: LocalAPIs | None = None
+        self._local_changes: dict[tuple[str, str], str | None] = {}
+        self._local_task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_task: asyncio.Task[None] | None = None
+        self._rebuilding = asyncio.Lock()
 
     def _open_channel(self) -> grpc.aio.Channel:
         options = [
@@ -137,19 +151,33 @@ class Agent:
         return state
 
     def _servable(self) -> dict[str, dict[str, Held]]:
-        """What the gateways should serve: everything held, except versions they rejected, for which the
-        last version they took stays in force (or nothing, for an object they never took)."""
-        assert self.state is not None
-        servable: dict[str, dict[str, Held]] = {}
-        for type_url, held in self.objects.items():
-            versions = self.state.versions(type_url)
-            out = servable[type_url] = {}
-            for name, resource in held.items():
-                if self.state.rejected.get((type_url, name)) != versions.get(name):
-                    out[name] = resource
-                elif (good := self.serving.get(type_url, {}).get(name)) is not None:
-                    out[name] = good
+        """What the gateways should serve: everything held, except versions they rejected.
+
+        The cluster's own APIs are served as its Kubernetes has them now, never as the control plane's
+        copy of them: one API each, and one deleted in the cluster is gone without the control plane.
+        """
+        assert self.state is not None and self.local is not None
+        servable = {
+            type_url: self._unrejected(type_url, held, self.state.versions(type_url))
+            for type_url, held in self.objects.items()
+        }
+        apis = servable.setdefault(API_TYPE, {})
+        for name in self._local_names():
+            apis.pop(name, None)
+        apis.update(self._unrejected(API_TYPE, self.local.objects, self.local.versions()))
         return servable
+
+    def _unrejected(self, type_url: str, held: Mapping[str, Held], versions: Mapping[str, str]) -> dict[str, Held]:
+        """`held`, except versions the gateways rejected: for those the last version they took stays in
+        force (or nothing, for an object they never took)."""
+        assert self.state is not None
+        out: dict[str, Held] = {}
+        for name, resource in held.items():
+            if self.state.rejected.get((type_url, name)) != versions.get(name):
+                out[name] = resource
+            elif (good := self.serving.get(type_url, {}).get(name)) is not None:
+                out[name] = good
+        return out
 
     async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
         now = time.time()
@@ -160,7 +188,8 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
         self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
         self._wake_at(catalog.next_expiry(now))
-        return await self.publisher.publish(translate_apis(resources, self.gateway_settings, catalog, now))
+        services = self.services.specs() if self.services is not None else None
+        return await self.publisher.publish(translate_apis(resources, self.gateway_settings, catalog, now, services))
 
     def _set_services(self, group: str, resources: Resources) -> None:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
@@ -181,34 +210,36 @@ class Agent:
         self._expiry = None
         self._expiry_task = asyncio.create_task(self.rebuild(), name="key-expiry")
 
-    async def rebuild(self, changed: Mapping[tuple[str, str], str] | None = None) -> None:
-        """Publish what is held to the gateways and report how `changed` (type URL, name -> version) fared.
+    async def rebuild(self, changed: Mapping[tuple[str, str], str] | None = None, report: bool = True) -> None:
+        """Publish what is held to the gateways and report how `changed` (type URL, name -> version) fared
+        (unless `report` is False: the cluster's own objects have no delivered version to report).
 
         When the gateways reject the new configuration, the changed versions are remembered as rejected
         and the last good configuration is published again: Envoy keeps serving it, and so do we.
         """
-        assert self.state is not None
-        servable = self._servable()
-        outcome = await self._publish(servable)
-        if outcome.state is DeliveryState.FAILED and changed:
-            log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
-            for (type_url, name), version in changed.items():
-                await self.state.reject(type_url, name, version)
+        async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
+            assert self.state is not None
             servable = self._servable()
-            await self._publish(servable)
-        if outcome.state is not DeliveryState.FAILED or changed:
-            self.serving = servable
-        if changed and self.reporter is not None:
-            state = _DELIVERY_STATES[outcome.state]
-            await self.reporter.report_status(
-                [
-                    control_plane_pb2.ObjectDelivery(
-                        type_url=type_url, name=name, version=version, state=state, message=outcome.message
-                    )
-                    for (type_url, name), version in changed.items()
-                    if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
-                ]
-            )
+            outcome = await self._publish(servable)
+            if outcome.state is DeliveryState.FAILED and changed:
+                log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
+                for (type_url, name), version in changed.items():
+                    await self.state.reject(type_url, name, version)
+                servable = self._servable()
+                await self._publish(servable)
+            if outcome.state is not DeliveryState.FAILED or changed:
+                self.serving = servable
+            if changed and report and self.reporter is not None:
+                state = _DELIVERY_STATES[outcome.state]
+                await self.reporter.report_status(
+                    [
+                        control_plane_pb2.ObjectDelivery(
+                            type_url=type_url, name=name, version=version, state=state, message=outcome.message
+                        )
+                        for (type_url, name), version in changed.items()
+                        if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
+                    ]
+                )
         if self.kube is not None:
             self.kube.trigger()
 
@@ -230,6 +261,51 @@ class Agent:
             for name, held in self.objects.get(API_TYPE, {}).items()
             if isinstance(held, Resource) and held.metadata.origin == origin
         ]
+
+    async def keep_local(self, project: str, name: str, api: Resource | None) -> None:
+        """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon."""
+        assert self.local is not None
+        key = resource_name(project, name)
+        if not await self.local.keep(key, api):
+            return
+        self._local_changes[(API_TYPE, key)] = self.local.versions().get(key)
+        if self._local_task is None or self._local_task.done():
+            self._local_task = asyncio.create_task(self._serve_local(), name="local-apis")
+
+    async def _serve_local(self) -> None:
+        """Rebuild for the local changes; those made during a rebuild are taken by one more, together."""
+        while self._local_changes:
+            changes, self._local_changes = self._local_changes, {}
+            try:
+                await self.rebuild({key: version for key, version in changes.items() if version}, report=False)
+            except Exception:  # a bug here must not stop the agent serving what it served
+                log.exception("serving the cluster's own APIs failed")
+
+    def _own_apis(self) -> list[tuple[str, str]]:
+        """(namespace, name) of every API the cluster made that the agent knows: kept, or back from the
+        control plane; the operator reports those it no longer finds as deleted."""
+        assert self.local is not None
+        names = {*self._local_names(), *self.local.objects}
+        return [(project, name) for project, _, name in (key.partition("/") for key in sorted(names))]
+
+    async def _services_changed(self, keys: set[ServiceKey] | None) -> None:
+        """The cluster's services changed (None: all of them, the first time): report them, and serve again
+        if an API sends to one of them."""
+        assert self.service_sync is not None
+        self.service_sync.changed()
+        named = {
+            service_key(backend.service)
+            for held in self.serving.get(API_TYPE, {}).values()
+            if isinstance(held, Resource) and isinstance(held.spec, APISpec)
+            for backend in held.spec.backends
+            if backend.service is not None
+        }
+        if keys is not None and not keys & named:
+            return
+        try:
+            await self.rebuild()
+        except Exception:  # a bug here must not stop the agent following its services
+            log.exception("serving the changed services failed")
 
     async def apply_update(self, update: DeltaUpdate) -> None:
         """Validate a whole delta before keeping any of it: a bad resource NACKs the response."""
@@ -295,16 +371,26 @@ class Agent:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.state = await self._load_state()
+        self.local = LocalAPIs.load(self.state)
         self.reporter = Reporter(self.state, lambda: self._channel, self.settings.cluster)  # type: ignore[arg-type,return-value]
-        kube_client = KubeClient.from_kubeconfig(self.settings.kubeconfig) if self.settings.kubeconfig else None
+        kube_client = _kube_client(self.settings)
         if kube_client is not None:
             self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
             self.operator = KubeOperator(
                 kube_client,
                 self.reporter.report_objects,
                 self.kube.notice,
-                known_local=lambda: [(p, n) for p, _, n in (name.partition("/") for name in self._local_names())],
+                self.keep_local,
+                known_local=self._own_apis,
                 is_delivered=lambda key: key in self._kube_desired(),
+            )
+            self.services = ServiceWatch(
+                kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
+            )
+            self.service_sync = ServiceCatalogSync(
+                lambda: self._channel,  # type: ignore[arg-type,return-value]
+                self.settings.cluster,
+                self.services.reportable,
             )
         await self.rebuild()
         xds = grpc.aio.server()
@@ -334,13 +420,17 @@ class Agent:
         report_task = asyncio.create_task(self.reporter.run(), name="reports")
         kube_task = asyncio.create_task(self.kube.run(), name="kube-apply") if self.kube else None
         operator_task = asyncio.create_task(self.operator.run(), name="kube-operator") if self.operator else None
+        services_task = asyncio.create_task(self.services.run(), name="kube-services") if self.services else None
+        catalog_task = (
+            asyncio.create_task(self.service_sync.run(), name="service-catalog") if self.service_sync else None
+        )
         try:
             done, _ = await asyncio.wait(
                 [
                     asyncio.create_task(stop.wait()),
                     sync_task,
                     report_task,
-                    *(task for task in (kube_task, operator_task) if task is not None),
+                    *(task for task in (kube_task, operator_task, services_task, catalog_task) if task is not None),
                 ],
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -348,7 +438,15 @@ class Agent:
                 if task is not None and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
-            for task in (sync_task, report_task, kube_task, operator_task):
+            for task in (
+                sync_task,
+                report_task,
+                kube_task,
+                operator_task,
+                services_task,
+                catalog_task,
+                self._local_task,
+            ):
                 if task is None:
                     continue
                 task.cancel()
@@ -360,6 +458,23 @@ class Agent:
             if kube_client is not None:
                 await kube_client.close()
             await self.state.close()
+
+
+def _kube_client(settings: AgentSettings) -> KubeClient | None:
+    """The cluster's Kubernetes: by the kubeconfig when one is given, else as the pod's service account
+    (asked for, or found when unset), else none: the agent then runs on its local state alone."""
+    if settings.kubeconfig is not None:
+        return KubeClient.from_kubeconfig(settings.kubeconfig)
+    if settings.in_cluster or (settings.in_cluster is None and in_pod(os.environ)):
+        return KubeClient.in_cluster()
+    return None
+
+
+def _east_west_gateway(settings: AgentSettings) -> EastWestGateway | None:
+    if settings.east_west_gateway is None:
+        return None
+    host, port = split_address(settings.east_west_gateway)
+    return EastWestGateway(address=host, port=port)
 
 
 def _unpack(body: any_pb2.Any, type_url: str) -> bytes:

@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
-from meshplane.model.meta import Placement
+from meshplane.model.meta import Placement, check_name
 
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
 _PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
@@ -41,6 +41,15 @@ def _check_operation_path(value: str) -> str:
     return value
 
 
+def _check_service(value: str) -> str:
+    name, dot, namespace = value.partition(".")
+    if not dot:
+        raise ValueError(f"{value!r} is not '<service>.<namespace>'")
+    check_name(name)
+    check_name(namespace)
+    return value
+
+
 def _check_segments(path: str) -> None:
     for segment in path.split("/")[1:]:
         if not _PATH_SEGMENT.match(segment):
@@ -50,6 +59,7 @@ def _check_segments(path: str) -> None:
 Hostname = Annotated[str, AfterValidator(_check_hostname)]
 BasePath = Annotated[str, AfterValidator(_check_base_path)]
 OperationPath = Annotated[str, AfterValidator(_check_operation_path)]
+ServiceName = Annotated[str, AfterValidator(_check_service)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -107,7 +117,10 @@ class RetryPolicy(WireModel):
 class Backend(WireModel):
     """An upstream of an API: requests go to these, split by weight."""
 
-    host: str = Field(min_length=1)
+    host: str | None = Field(default=None, min_length=1)
+    service: ServiceName | None = None
+    """`<service>.<namespace>`: a Kubernetes Service of whichever cluster serves the API, instead of a host;
+    `port` is then one of the Service's ports."""
     port: Port
     protocol: BackendProtocol = BackendProtocol.HTTP
     base_path: BasePath = "/"
@@ -155,8 +168,14 @@ class APISpec(WireModel):
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""
         jwt = self.authentication is not None and self.authentication.jwt is not None
-        return [
+        problems = [
             (f"operations[{index}].scopes", "scopes need authentication.jwt: only user tokens carry scopes")
             for index, op in enumerate(self.operations)
             if op.scopes and not jwt
         ]
+        for index, backend in enumerate(self.backends):
+            if backend.host is None and backend.service is None:
+                problems.append((f"backends[{index}].host", "a backend needs a host or a service"))
+            elif backend.host is not None and backend.service is not None:
+                problems.append((f"backends[{index}].service", "a backend has a host or a service, not both"))
+        return problems

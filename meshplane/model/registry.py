@@ -21,6 +21,7 @@ from meshplane.model.base import WireModel
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
+from meshplane.model.services import ServiceEndpointSpec
 from meshplane.model.status import ObjectStatus
 from meshplane.proto.v1 import resources_pb2
 
@@ -185,5 +186,6 @@ REGISTRY = KindRegistry(
             exposed=False,
         ),
         KindInfo("KeySet", "keysets", Scope.CLUSTER, KeySetSpec, message=resources_pb2.KeySet, writable=False),
+        KindInfo("ServiceEndpoint", "serviceendpoints", Scope.PROJECT, ServiceEndpointSpec, writable=False),
     ]
 )

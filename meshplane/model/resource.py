@@ -24,7 +24,10 @@ class Resource(WireModel, Generic[SpecT, StatusT]):
     kind: str
     metadata: ObjectMeta
     spec: SpecT
-    status: StatusT = Field(default_factory=ObjectStatus)  # type: ignore[assignment]
+    status: StatusT = Field(  # type: ignore[assignment]
+        default_factory=ObjectStatus, json_schema_extra={"readOnly": True}
+    )
+    """The system's to write: a user's write may carry it, and it is ignored there."""
 
 
 class FieldError(WireModel):

@@ -4,7 +4,7 @@
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, create_model
 
 from meshplane.model.meta import parse_label_selector
 from meshplane.model.registry import REGISTRY, KindInfo
@@ -12,33 +12,10 @@ from meshplane.model.resource import API_VERSION, FieldError, Resource
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_project, require_write
 from meshplane.server.objects import ObjectService
-from meshplane.server.problems import PROBLEM_JSON, Problem
+from meshplane.server.problems import Problem, ProblemDetail, problem_responses
 
 SCHEMA_REF = "#/components/schemas/{model}"
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"description": text, "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/ProblemDetail"}}}}
-    for code, text in (
-        (400, "Bad request"),
-        (404, "Not found"),
-        (409, "Conflict: exists already, or a stale resourceVersion"),
-        (401, "No valid bearer token"),
-        (403, "The token's role may not do this"),
-        (422, "Invalid object, with field paths"),
-    )
-}
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="Expected resourceVersion (ETag)")]
-
-
-class ProblemDetail(BaseModel):
-    """RFC 9457 problem document."""
-
-    model_config = ConfigDict(extra="allow")
-    type: str
-    title: str
-    status: int
-    detail: str
-    instance: str | None = None
-    errors: list[FieldError] | None = None
 
 
 def _list_model(info: KindInfo) -> type[BaseModel]:
@@ -92,7 +69,7 @@ def _project_dependency(info: KindInfo, writing: bool = False) -> Any:
 
 def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     """Get and list for one kind, at its cluster or project path; the writes too unless only the system writes it."""
-    router = APIRouter(tags=[info.kind], responses=ERROR_RESPONSES)
+    router = APIRouter(tags=[info.kind])
     base = f"/v1/projects/{{project}}/{info.plural}" if info.namespaced else f"/v1/{info.plural}"
     item = f"{base}/{{name}}"
     opts: dict[str, Any] = {"response_model": info.model, "response_model_exclude_none": True}
@@ -100,11 +77,17 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     if info.writable:
         _write_routes(router, info, service, base, item, opts)
 
-    @router.get(item, summary=f"Read a {info.kind}", **opts)
+    @router.get(item, summary=f"Read a {info.kind}", responses=problem_responses(404), **opts)
     async def read(response: Response, name: str, project: Project) -> Resource:
         return _with_etag(response, await service.get(info, project, name))
 
-    @router.get(base, summary=f"List {info.plural}", response_model=_list_model(info), response_model_exclude_none=True)
+    @router.get(
+        base,
+        summary=f"List {info.plural}",
+        responses=problem_responses(400, 404),
+        response_model=_list_model(info),
+        response_model_exclude_none=True,
+    )
     async def list_(
         project: Project,
         principal: Caller,
@@ -133,17 +116,22 @@ def _write_routes(
 ) -> None:
     """Create, replace, patch and delete: only for kinds that users write."""
     ref = SCHEMA_REF.format(model=info.kind)
-    body = {"requestBody": {"content": {"application/json": {"schema": {"$ref": ref}}}}}
-    patch_body = {"requestBody": {"content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}}
+    body = {"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": ref}}}}}
+    patch_body = {
+        "requestBody": {"required": True, "content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}
+    }
+    writes = problem_responses(403, 404, 409, body=True)
     Project = Annotated[str | None, _project_dependency(info, writing=True)]
 
-    @router.post(base, status_code=201, openapi_extra=body, summary=f"Create a {info.kind}", **opts)
+    @router.post(base, status_code=201, openapi_extra=body, responses=writes, summary=f"Create a {info.kind}", **opts)
     async def create(request: Request, response: Response, project: Project) -> Resource:
         return _with_etag(response, await service.create(info, project, await _read_json(request)))
 
     created = {201: {"description": "Created", "content": {"application/json": {"schema": {"$ref": ref}}}}}
 
-    @router.put(item, openapi_extra=body, responses=created, summary=f"Create or replace a {info.kind}", **opts)
+    @router.put(
+        item, openapi_extra=body, responses=writes | created, summary=f"Create or replace a {info.kind}", **opts
+    )
     async def replace(
         request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
     ) -> Resource:
@@ -151,14 +139,14 @@ def _write_routes(
         response.status_code = 201 if created else 200
         return _with_etag(response, resource)
 
-    @router.patch(item, openapi_extra=patch_body, summary=f"Merge-patch a {info.kind}", **opts)
+    @router.patch(item, openapi_extra=patch_body, responses=writes, summary=f"Merge-patch a {info.kind}", **opts)
     async def patch(
         request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
     ) -> Resource:
         resource = await service.patch(info, project, name, await _read_json(request), if_match)
         return _with_etag(response, resource)
 
-    @router.delete(item, summary=f"Delete a {info.kind}", **opts)
+    @router.delete(item, summary=f"Delete a {info.kind}", responses=problem_responses(403, 404, 409), **opts)
     async def delete(name: str, project: Project, if_match: IfMatch = None) -> Resource:
         return await service.delete(info, project, name, if_match)
 

@@ -62,7 +62,19 @@ def create_app(
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["Health"], summary="Readiness: the store answers and sync is running")
+    @app.get(
+        "/readyz",
+        tags=["Health"],
+        summary="Readiness: the store answers and sync is running",
+        responses={
+            503: {
+                "description": "Not ready: the store does not answer, or sync is still starting",
+                "content": {
+                    "application/json": {"schema": {"type": "object", "additionalProperties": {"type": "string"}}}
+                },
+            }
+        },
+    )
     async def readyz(response: Response) -> dict[str, str]:
         try:
             await store.current_revision()

@@ -13,7 +13,7 @@ from meshplane.model.wire import from_message
 from meshplane.proto.v1 import resources_pb2
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_fleet_wide
-from meshplane.server.problems import Problem
+from meshplane.server.problems import Problem, problem_responses
 from meshplane.server.projection import FleetProjection
 from meshplane.xds.resource import VersionedResource
 
@@ -42,7 +42,7 @@ def cluster_resources_router(projection: FleetProjection) -> APIRouter:
     @router.get(
         "/v1/clusters/{name}/resources",
         summary="What one cluster receives (its projection)",
-        responses={200: {"content": {"application/yaml": {}}}},
+        responses={200: {"content": {"application/yaml": {}}}, **problem_responses(403, 404)},
     )
     async def cluster_resources(
         name: str,

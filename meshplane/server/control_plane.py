@@ -17,6 +17,7 @@ from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
 from meshplane.observability.tracing import current_carrier
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.server.service_catalog import apply_report
 from meshplane.store.errors import AlreadyExists, NotFound
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
@@ -118,6 +119,19 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         if request.idempotency_key:
             await self.store.claim_idempotency_key(request.idempotency_key)
         return control_plane_pb2.ReportResponse()
+
+    async def ReportServices(
+        self, request: control_plane_pb2.ReportServicesRequest, context: grpc.aio.ServicerContext
+    ) -> control_plane_pb2.ReportResponse:
+        """The cluster's service catalog, kept as ServiceEndpoints of origin `cluster/<name>`. Every change a
+        report makes is idempotent, so a retried one is applied again harmlessly and its key only tells."""
+        await self._check_cluster(request.cluster, context)
+        try:
+            await apply_report(self.store, request.cluster, request)
+        except InvalidObject as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"service report: {exc}")
+        first = await self.store.claim_idempotency_key(request.idempotency_key) if request.idempotency_key else True
+        return control_plane_pb2.ReportResponse(duplicate=not first)
 
     async def _keep_local_object(self, local: control_plane_pb2.LocalObject, origin: str) -> None:
         info = REGISTRY.resolve(local.kind)

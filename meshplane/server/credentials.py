@@ -23,7 +23,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_fleet_wide, require_project, require_write
 from meshplane.server.objects import ObjectService
-from meshplane.server.problems import Problem
+from meshplane.server.problems import Problem, problem_responses
 from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
 from meshplane.store.errors import Conflict, NotFound
 from meshplane.store.records import StoredObject
@@ -183,24 +183,40 @@ def credentials_router(credentials: Credentials) -> APIRouter:
     router = APIRouter(tags=["Credentials"])
     base = "/v1/projects/{project}/applications/{application}/keys"
 
-    @router.post(base, status_code=201, summary="Issue (or import) an API key; the key is shown only here")
+    @router.post(
+        base,
+        status_code=201,
+        summary="Issue (or import) an API key; the key is shown only here",
+        responses=problem_responses(403, 404, 409, body=True),
+    )
     async def issue(
         project: Project, application: Application, principal: Caller, body: Annotated[NewKey | None, Body()] = None
     ) -> Any:
         require_write(principal, KEY_KIND, project)
         return await credentials.issue(project, application, body or NewKey())
 
-    @router.get(base, summary="List an application's keys (never the keys themselves)")
+    @router.get(
+        base, summary="List an application's keys (never the keys themselves)", responses=problem_responses(404)
+    )
     async def list_keys(project: Project, application: Application, principal: Caller) -> Any:
         require_project(principal, project)
         return {"items": await credentials.list(project, application)}
 
-    @router.delete(f"{base}/{{key_id}}", summary="Revoke a key: every gateway refuses it after the next push")
+    @router.delete(
+        f"{base}/{{key_id}}",
+        summary="Revoke a key: every gateway refuses it after the next push",
+        responses=problem_responses(403, 404, 409),
+    )
     async def revoke(project: Project, application: Application, key_id: str, principal: Caller) -> Any:
         require_write(principal, KEY_KIND, project)
         return await credentials.revoke(project, application, key_id)
 
-    @router.post(f"{base}/{{key_id}}/rotate", status_code=201, summary="Replace a key, with an overlap window")
+    @router.post(
+        f"{base}/{{key_id}}/rotate",
+        status_code=201,
+        summary="Replace a key, with an overlap window",
+        responses=problem_responses(403, 404, 409, body=True),
+    )
     async def rotate(
         project: Project,
         application: Application,
@@ -211,13 +227,22 @@ def credentials_router(credentials: Credentials) -> APIRouter:
         require_write(principal, KEY_KIND, project)
         return await credentials.rotate(project, application, key_id, body or Rotation())
 
-    @router.post("/v1/signing-keys/rotate", status_code=201, summary="Sign new API keys with a new key")
+    @router.post(
+        "/v1/signing-keys/rotate",
+        status_code=201,
+        summary="Sign new API keys with a new key",
+        responses=problem_responses(403, body=True),
+    )
     async def rotate_signing(principal: Caller) -> Any:
         require_fleet_wide(principal, "the signing keys")
         require_write(principal, "KeySet", None)
         return await credentials.rotate_signing_key()
 
-    @router.delete("/v1/signing-keys/{kid}", summary="Retire a signing key: keys it signed stop working")
+    @router.delete(
+        "/v1/signing-keys/{kid}",
+        summary="Retire a signing key: keys it signed stop working",
+        responses=problem_responses(403, 404, 409),
+    )
     async def retire_signing(kid: str, principal: Caller) -> Any:
         require_fleet_wide(principal, "the signing keys")
         require_write(principal, "KeySet", None)

@@ -23,6 +23,7 @@ from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import ApiCatalog, check_access, delete_dependents
 from meshplane.server.intent_checks import check_intent
 from meshplane.server.problems import Problem
+from meshplane.server.service_catalog import rehome
 from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
@@ -154,6 +155,7 @@ class ObjectService:
                 annotations=meta.annotations,
                 trace_context=current_carrier(),
             )
+            await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
     async def put(
@@ -183,6 +185,8 @@ class ObjectService:
             expected_revision=expected,
             trace_context=current_carrier(),
         )
+        if created:
+            await self._project_changed(info, meta.name)
         return to_resource(info, stored), created
 
     async def patch(
@@ -220,11 +224,18 @@ class ObjectService:
                 trace_context=current_carrier(),
             )
             await delete_dependents(self.store, info.kind, project or "", name)
+            await self._project_changed(info, name)
             return to_resource(info, stored)
 
+    async def _project_changed(self, info: KindInfo, name: str) -> None:
+        """A project appeared or went: the services of the namespaces named like it move with it."""
+        if info.kind == "Project":
+            await rehome(self.store, name)
+
     async def _refuse_non_empty_project(self, project: str) -> None:
+        """Objects users wrote must go first; those only the system writes follow the project (see `rehome`)."""
         for info in REGISTRY:
-            if info.namespaced:
+            if info.namespaced and info.writable:
                 items, _ = await self.store.list(info.kind, project, limit=1)
                 if items:
                     raise Problem(409, f"project {project!r} still holds {info.plural}; delete them first")

@@ -14,7 +14,7 @@ from meshplane.model.resource import API_VERSION, FieldError
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_project
 from meshplane.server.objects import to_resource
-from meshplane.server.problems import Problem
+from meshplane.server.problems import Problem, problem_responses
 from meshplane.store.errors import Compacted, NotFound
 from meshplane.store.records import Event
 from meshplane.store.store import Store
@@ -78,7 +78,12 @@ async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | N
 def watch_router(store: Store) -> APIRouter:
     router = APIRouter(tags=["Watch"])
 
-    @router.get("/v1/watch", summary="Stream changes as Server-Sent Events")
+    @router.get(
+        "/v1/watch",
+        summary="Stream changes as Server-Sent Events",
+        response_class=EventSourceResponse,
+        responses={200: {"content": {"text/event-stream": {}}}, **problem_responses(400, 404)},
+    )
     async def watch(
         principal: Caller,
         since: Annotated[int | None, Query(ge=0, description="Revision to start after; default: now")] = None,

@@ -177,8 +177,8 @@ def run_agent(
     ]
     for key, value in (labels or {}).items():
         argv += ["--label", f"{key}={value}"]
-    if kubeconfig is not None:
-        argv += ["--kubeconfig", str(kubeconfig)]
+    # Never the Kubernetes of a pod the tests may run in: only the one a test gives.
+    argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else ["--no-in-cluster"]
     argv += extra
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
         process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")

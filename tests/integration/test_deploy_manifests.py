@@ -44,19 +44,21 @@ API_VERSIONS = {
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
 }
 
-ALL_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+APPLIED = {"list", "create", "patch", "delete"}  # server-side apply, and garbage collection by label
 AGENT_PERMISSIONS: dict[tuple[str, str], set[str]] = {
-    ("meshplane.io", "apis"): ALL_VERBS,
-    ("meshplane.io", "apis/status"): {"get", "update", "patch"},
+    ("meshplane.io", "apis"): APPLIED | {"watch"},
+    ("meshplane.io", "apis/status"): {"patch"},
     **{
-        ("networking.istio.io", plural): ALL_VERBS
+        ("networking.istio.io", plural): APPLIED
         for plural in ("serviceentries", "virtualservices", "destinationrules", "gateways", "sidecars")
     },
-    ("security.istio.io", "authorizationpolicies"): ALL_VERBS,
-    ("security.istio.io", "peerauthentications"): ALL_VERBS,
-    ("externaldns.k8s.io", "dnsendpoints"): ALL_VERBS,
-    ("", "namespaces"): {"get", "list", "create"},
-    ("", "services"): {"get", "list", "watch"},
+    **{
+        ("security.istio.io", plural): APPLIED
+        for plural in ("authorizationpolicies", "peerauthentications", "requestauthentications")
+    },
+    ("externaldns.k8s.io", "dnsendpoints"): APPLIED,
+    ("", "namespaces"): {"create"},
+    ("", "services"): {"list", "watch"},
 }
 
 

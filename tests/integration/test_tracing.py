@@ -91,6 +91,7 @@ async def agent_running(tmp_path: Path, server_address: str) -> AsyncIterator[Ag
         cluster=CLUSTER,
         insecure=True,
         server=server_address,
+        in_cluster=False,
         state_dir=tmp_path / "agent",
         xds_address=f"127.0.0.1:{free_port()}",
         gateway_address=f"127.0.0.1:{free_port()}",

@@ -1,12 +1,15 @@
-"""A small async client for the Kubernetes API server, from a kubeconfig: discovery, server-side apply,
-label-selected lists, deletes. Errors are split by what a caller can do about them."""
+"""A small async client for the Kubernetes API server, from a kubeconfig or a pod's service account:
+discovery, server-side apply, label-selected lists, watches, deletes, status patches. Errors are split by what a
+caller can do about them."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,11 @@ from typing import Any
 import httpx
 import yaml
 
+from meshplane.agent.kube.serviceaccount import SERVICE_ACCOUNT_DIR, ServiceAccountToken, api_server_url
+
 FIELD_MANAGER = "meshplane-agent"
+WATCH_TIMEOUT = 300
+"""Seconds the API server keeps one watch open; it then ends cleanly and is resumed."""
 
 
 class KubeRefused(Exception):
@@ -24,6 +31,10 @@ class KubeRefused(Exception):
         self.status_code = status_code
         self.details_kind = details_kind
         super().__init__(message)
+
+
+class WatchExpired(Exception):
+    """The resourceVersion a watch starts from is too old (410 Gone): list again."""
 
 
 class KubeUnavailable(Exception):
@@ -79,6 +90,25 @@ def _ssl_context(config_dir: Path, cluster: Mapping[str, Any], user: Mapping[str
     return context
 
 
+def _failure(method: str, path: str, response: httpx.Response) -> KubeRefused | KubeUnavailable:
+    """The error an API server's answer (status 400 or above) stands for."""
+    try:
+        status = response.json()
+    except ValueError:
+        status = {}
+    message = status.get("message") or response.text or response.reason_phrase
+    if response.status_code in (409, 429) or response.status_code >= 500:
+        return KubeUnavailable(f"{method} {path}: {response.status_code} {message}", response.status_code)
+    return KubeRefused(response.status_code, message, (status.get("details") or {}).get("kind", ""))
+
+
+def _typed(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """Lists and watches leave out each item's apiVersion and kind; put them back."""
+    obj.setdefault("apiVersion", resource.api_version)
+    obj.setdefault("kind", resource.kind)
+    return obj
+
+
 def _named(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
     for item in items or []:
         if item.get("name") == name:
@@ -102,6 +132,21 @@ class KubeClient:
         verify = _ssl_context(path.parent, cluster, user)
         return cls(httpx.AsyncClient(base_url=cluster["server"], headers=headers, verify=verify, timeout=timeout))
 
+    @classmethod
+    def in_cluster(
+        cls,
+        directory: Path = SERVICE_ACCOUNT_DIR,
+        environ: Mapping[str, str] = os.environ,
+        timeout: float = 15.0,
+    ) -> KubeClient:
+        """A client of the API server of the cluster this pod runs in, as the pod's service account
+        (its token and CA under `directory`); NotInCluster outside a pod."""
+        url = api_server_url(environ)
+        verify = ssl.create_default_context(cafile=directory / "ca.crt")
+        auth = ServiceAccountToken(directory / "token")
+        auth.token()  # a missing token fails the start, not the first request
+        return cls(httpx.AsyncClient(base_url=url, auth=auth, verify=verify, timeout=timeout))
+
     async def close(self) -> None:
         await self.http.aclose()
 
@@ -112,14 +157,7 @@ class KubeClient:
             raise KubeUnavailable(f"{method} {path}: {exc!r}") from None
         if response.status_code < 400:
             return response
-        try:
-            status = response.json()
-        except ValueError:
-            status = {}
-        message = status.get("message") or response.text or response.reason_phrase
-        if response.status_code in (409, 429) or response.status_code >= 500:
-            raise KubeUnavailable(f"{method} {path}: {response.status_code} {message}", response.status_code)
-        raise KubeRefused(response.status_code, message, (status.get("details") or {}).get("kind", ""))
+        raise _failure(method, path, response)
 
     async def resource_type(self, api_version: str, kind: str) -> ResourceType:
         """The resource serving `kind` in `api_version`, from discovery (KubeRefused 404 when not served)."""
@@ -143,7 +181,8 @@ class KubeClient:
 
     async def apply(self, resource: ResourceType, body: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply as the agent's field manager, taking over fields others changed; unknown
-        fields are refused rather than dropped."""
+        fields are refused rather than dropped. No resourceVersion is sent, so an update racing this one
+        cannot make it fail with 409 Conflict: the API server retries its own read-modify-write."""
         meta = body["metadata"]
         response = await self._request(
             "PATCH",
@@ -156,17 +195,65 @@ class KubeClient:
 
     async def list(self, resource: ResourceType, label_selector: str) -> list[dict[str, Any]]:
         """Every object of `resource` in every namespace that matches `label_selector`."""
+        items, _ = await self.list_at(resource, label_selector)
+        return items
+
+    async def list_at(self, resource: ResourceType, label_selector: str = "") -> tuple[list[dict[str, Any]], str]:
+        """Every object of `resource` in every namespace that matches `label_selector`, and the
+        resourceVersion the list is consistent at: where a watch of the same objects starts."""
         items: list[dict[str, Any]] = []
         params = {"labelSelector": label_selector, "limit": "500"}
         while True:
             page = (await self._request("GET", resource.path(), params=params)).json()
             for item in page.get("items", []):
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
-                items.append(item)
+                items.append(_typed(resource, item))
             if not (token := page.get("metadata", {}).get("continue")):
-                return items
+                return items, page.get("metadata", {}).get("resourceVersion", "")
             params["continue"] = token
+
+    async def watch(self, resource: ResourceType, version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) for each change to `resource` in every namespace after `version`, bookmarks
+        included, until the API server ends the watch (after WATCH_TIMEOUT). WatchExpired when `version` is
+        too old to watch from: list again."""
+        path = resource.path()
+        params = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": version,
+            "timeoutSeconds": str(WATCH_TIMEOUT),
+        }
+        timeout = httpx.Timeout(10.0, read=WATCH_TIMEOUT + 30)
+        try:
+            async with self.http.stream("GET", path, params=params, timeout=timeout) as response:
+                if response.status_code == 410:
+                    raise WatchExpired()
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise _failure("watch", path, response)
+                async for line in response.aiter_lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            raise WatchExpired()
+                        raise KubeUnavailable(f"watch {path}: {obj.get('message')}", obj.get("code") or 0)
+                    yield kind, _typed(resource, obj)
+        except httpx.HTTPError as exc:
+            raise KubeUnavailable(f"watch {path}: {exc!r}") from None
+
+    async def patch_status(
+        self, resource: ResourceType, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Merge `status` into an object's status subresource (its spec and metadata stay as they are)."""
+        response = await self._request(
+            "PATCH",
+            f"{resource.path(namespace, name)}/status",
+            headers={"Content-Type": "application/merge-patch+json"},
+            json={"status": dict(status)},
+        )
+        return response.json()
 
     async def delete(self, resource: ResourceType, namespace: str, name: str) -> None:
         """Delete one object; one already gone is fine."""

@@ -1,7 +1,9 @@
 """The agent as its cluster's operator: it watches the API custom resources in every namespace.
 
 A CR without the managed-by label was made in the cluster itself (kubectl, a local operator): it is
-reported up, with its changes and its deletion, so that the control plane shows it with its origin.
+validated with the control plane's model and handed to the agent, whose gateways serve it at once
+(an invalid one is not served; its `Accepted` condition says why), and it is reported up, with its
+changes and its deletion, so that the control plane shows it with its origin.
 An event on a managed CR asks the applier to check it, so edits to what the control plane delivered
 (drift) are put back; the applier's periodic resync catches whatever a watch misses.
 
@@ -15,6 +17,7 @@ import asyncio
 import json
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -22,15 +25,18 @@ from google.protobuf import struct_pb2
 
 from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable, ResourceType
 from meshplane.agent.kube.desired import MANAGED_BY, MANAGED_BY_VALUE, ObjectKey
-from meshplane.model.resource import API_VERSION
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import API_VERSION, InvalidObject, Resource
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2
 
 log = get_logger("meshplane.agent.kube.operator")
 
 ReportObjects = Callable[[list[control_plane_pb2.LocalObject]], Awaitable[None]]
+KeepLocal = Callable[[str, str, Resource | None], Awaitable[None]]
 WATCHED_KIND = "API"
 WATCH_TIMEOUT = 300  # seconds the API server keeps one watch open; it then ends cleanly and is resumed
+ACCEPTED = "Accepted"
 
 
 class _Gone(Exception):
@@ -46,24 +52,57 @@ def _fingerprint(obj: Mapping[str, Any]) -> str:
     return json.dumps([labels, obj.get("spec") or {}], sort_keys=True)
 
 
+def local_api(obj: Mapping[str, Any]) -> Resource:
+    """A CR made in the cluster as the model the control plane validates its copy with (InvalidObject)."""
+    meta = obj["metadata"]
+    metadata = {"name": meta["name"], "project": meta.get("namespace"), "labels": meta.get("labels") or {}}
+    return REGISTRY.parse({"kind": WATCHED_KIND, "metadata": metadata, "spec": obj.get("spec") or {}})
+
+
+def accepted_conditions(obj: Mapping[str, Any], problem: str | None) -> list[dict[str, Any]] | None:
+    """The CR's conditions with `Accepted` saying whether the cluster's gateways serve it, or None when
+    they say so already (for this generation)."""
+    conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions") or []]
+    current = next((c for c in conditions if c.get("type") == ACCEPTED), {})
+    status = "False" if problem else "True"
+    message = problem or "served by this cluster's gateways"
+    generation = obj["metadata"].get("generation")
+    shown = (current.get("status"), current.get("message"), current.get("observedGeneration"))
+    if shown == (status, message, generation):
+        return None
+    since = current.get("lastTransitionTime") if current.get("status") == status else None
+    accepted = {
+        "type": ACCEPTED,
+        "status": status,
+        "reason": "Invalid" if problem else "Served",
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": since or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return [*(c for c in conditions if c.get("type") != ACCEPTED), accepted]
+
+
 class KubeOperator:
     def __init__(
         self,
         client: KubeClient,
         report_objects: ReportObjects,
         on_managed: Callable[[Mapping[str, Any], bool], None],
+        keep_local: KeepLocal,
         known_local: Callable[[], Iterable[tuple[str, str]]] = tuple,
         is_delivered: Callable[[ObjectKey], bool] = lambda key: False,
     ):
-        """`on_managed(obj, deleted)` is told of every event on a managed CR; `known_local()` names the
-        (namespace, name) of local objects reported before (so deletions while the agent was down are
-        reported too); `is_delivered(key)` says the control plane delivers an object there (never reported)."""
+        """`on_managed(obj, deleted)` is told of every event on a managed CR; `keep_local(namespace, name,
+        api)` of every local one as it should be served (None: not at all); `known_local()` names the
+        (namespace, name) of local objects known before (so deletions while the agent was down count
+        too); `is_delivered(key)` says the control plane delivers an object there (never local)."""
         self.client = client
         self.report_objects = report_objects
         self.on_managed = on_managed
+        self.keep_local = keep_local
         self.known_local = known_local
         self.is_delivered = is_delivered
-        self._reported: dict[tuple[str, str], str] = {}  # (namespace, name) -> fingerprint last reported
+        self._reported: dict[tuple[str, str], str] = {}  # (namespace, name) -> fingerprint last handled
         self._started = False
 
     async def run(self) -> None:
@@ -117,10 +156,10 @@ class KubeOperator:
             item.setdefault("kind", resource.kind)
             meta = item["metadata"]
             present.add((meta.get("namespace", ""), meta["name"]))
-            await self._event("ADDED", item)
+            await self._event(resource, "ADDED", item)
         gone = [key for key in self._reported if key not in present]
         for namespace, name in gone:
-            await self._report_deleted(namespace, name)
+            await self._forget(namespace, name)
         return version
 
     async def _watch(self, resource: ResourceType, version: str) -> str:
@@ -152,25 +191,33 @@ class KubeOperator:
                     continue
                 obj.setdefault("apiVersion", resource.api_version)
                 obj.setdefault("kind", resource.kind)
-                await self._event(kind, obj)
+                await self._event(resource, kind, obj)
         return version
 
-    async def _event(self, kind: str, obj: dict[str, Any]) -> None:
+    async def _event(self, resource: ResourceType, kind: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         deleted = kind == "DELETED"
-        if is_managed(obj):
+        managed = is_managed(obj)
+        if managed:
             self.on_managed(obj, deleted)
-            if (namespace, name) in self._reported:  # a local object taken over: no longer ours to report
-                await self._report_deleted(namespace, name)
-            return
-        if self.is_delivered(ObjectKey.of(obj)):
-            return
-        if deleted:
-            await self._report_deleted(namespace, name)
+        if managed or deleted or self.is_delivered(ObjectKey.of(obj)):
+            # Gone, or the control plane's (a local object it took over): no longer the cluster's own.
+            await self._forget(namespace, name)
             return
         fingerprint = _fingerprint(obj)
         if self._reported.get((namespace, name)) == fingerprint:
+            return
+        try:
+            api: Resource | None = local_api(obj)
+            problem = None
+        except InvalidObject as exc:
+            api, problem = None, str(exc)
+        await self.keep_local(namespace, name, api)
+        await self._set_accepted(resource, obj, problem)
+        if problem:  # the control plane would refuse it just the same
+            self._reported[(namespace, name)] = fingerprint
+            log.warning("a locally made API is invalid; not served", project=namespace, name=name, reason=problem)
             return
         spec = struct_pb2.Struct()
         spec.update(obj.get("spec") or {})
@@ -187,6 +234,22 @@ class KubeOperator:
         )
         self._reported[(namespace, name)] = fingerprint
         log.info("reported a locally made object", kind=WATCHED_KIND, project=namespace, name=name)
+
+    async def _set_accepted(self, resource: ResourceType, obj: Mapping[str, Any], problem: str | None) -> None:
+        """Show on the CR whether it is served, as `kubectl describe` and `kubectl wait` read it."""
+        conditions = accepted_conditions(obj, problem)
+        if conditions is None:
+            return
+        namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        try:
+            await self.client.patch_status(resource, namespace, name, {"conditions": conditions})
+        except (KubeRefused, KubeUnavailable) as exc:  # the CR may be gone already; the log keeps the reason
+            log.warning("cannot set the condition of a local API", project=namespace, name=name, error=str(exc))
+
+    async def _forget(self, namespace: str, name: str) -> None:
+        """The cluster's own API at (namespace, name) is no more: not served, and reported deleted."""
+        await self.keep_local(namespace, name, None)
+        await self._report_deleted(namespace, name)
 
     async def _report_deleted(self, namespace: str, name: str) -> None:
         if self._reported.pop((namespace, name), None) is None:

@@ -13,6 +13,8 @@ class Api:
     project: str
     name: str
     spec: APISpec
+    unavailable: str | None = None
+    """Why no backend can take this API's requests in this cluster (see `service_backends`): its routes say so."""
 
     @classmethod
     def of(cls, resource: Resource) -> Api:

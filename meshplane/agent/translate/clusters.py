@@ -22,14 +22,16 @@ def backend_resources(
 ) -> tuple[cluster_pb2.Cluster, endpoint_pb2.ClusterLoadAssignment | None]:
     """An IP backend is an EDS cluster plus its endpoints (so a move is an endpoint update, not a new cluster);
     a hostname backend is a STRICT_DNS cluster that Envoy keeps resolving itself, with no EDS resource."""
+    host = backend.host
+    assert host is not None, "service backends are given a host before they are translated"
     http2 = backend.protocol is not BackendProtocol.HTTP
     connect_timeout = duration(BACKEND_CONNECT_TIMEOUT)
-    if not is_ip_literal(backend.host):
-        return inline_cluster(name, backend.host, backend.port, http2=http2, connect_timeout=connect_timeout), None
+    if not is_ip_literal(host):
+        return inline_cluster(name, host, backend.port, http2=http2, connect_timeout=connect_timeout), None
     cluster = _cluster(name, http2=http2, connect_timeout=connect_timeout)
     cluster.type = cluster_pb2.Cluster.EDS
     cluster.eds_cluster_config.eds_config.CopyFrom(ads_source())
-    return cluster, load_assignment(name, _unbracketed(backend.host), backend.port)
+    return cluster, load_assignment(name, _unbracketed(host), backend.port)
 
 
 def inline_cluster(

@@ -26,6 +26,8 @@ class GatewaySettings:
     """Let requests through when the enforcer cannot answer (default: refuse them, 503)."""
     ratelimiter_fail_closed: bool = False
     """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
+    cluster_domain: str = "cluster.local"
+    """The DNS domain of the cluster's services (`<service>.<namespace>.svc.<domain>`)."""
 
 
 @dataclass(frozen=True)

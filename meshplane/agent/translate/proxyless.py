@@ -43,7 +43,7 @@ def proxyless_resources(api: Api) -> tuple[listener_pb2.Listener, route_pb2.Rout
     backends = [
         (index, backend)
         for index, backend in api.serving()
-        if backend.protocol is BackendProtocol.GRPC and is_ip_literal(backend.host)
+        if backend.protocol is BackendProtocol.GRPC and backend.host is not None and is_ip_literal(backend.host)
     ]
     base = base_pattern(api.spec.base_path)
     if not backends or base_rewrite(base, backends[0][1].base_path) is not None:

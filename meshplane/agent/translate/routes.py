@@ -65,7 +65,7 @@ def _api_routes(
     api: Api, decorate: RouteHook | None, preflight: PreflightHook | None
 ) -> list[tuple[_SortKey, route_components_pb2.Route]]:
     base = base_pattern(api.spec.base_path)
-    action = _action(api, base)
+    action = _action(api, base) if api.unavailable is None else None
     operations: list[Operation | None] = list(api.spec.operations) or [None]
     routes = []
     for op in operations:
@@ -74,7 +74,9 @@ def _api_routes(
         if decorate is not None:
             decorate(api, op, route)
         routes.append((key, route))
-    extra = preflight(api, route_match(catch_all(base)), action) if preflight is not None else None
+    extra = (
+        preflight(api, route_match(catch_all(base)), action) if preflight is not None and action is not None else None
+    )
     if extra is not None:
         # After the operations' more specific patterns, before a catch-all that would take any method.
         key = (-len(base.segments), base.specificity(), api.spec.base_path, catch_all(base).specificity(), False)
@@ -83,8 +85,13 @@ def _api_routes(
 
 
 def _route(
-    api: Api, base: PathPattern, pattern: PathPattern, op: Operation | None, action: route_components_pb2.RouteAction
+    api: Api,
+    base: PathPattern,
+    pattern: PathPattern,
+    op: Operation | None,
+    action: route_components_pb2.RouteAction | None,
 ) -> tuple[_SortKey, route_components_pb2.Route]:
+    """The route of one operation (or of the catch-all) to `action`; without one, a 503 saying why."""
     match = route_match(pattern)
     if op is not None:
         method = string_pb2.StringMatcher(exact=op.method.value)
@@ -101,7 +108,11 @@ def _route(
         api.name,
     )
     route = route_components_pb2.Route(name=route_name(api, op), match=match)
-    route.route.CopyFrom(action)
+    if action is None:
+        route.direct_response.status = 503
+        route.direct_response.body.inline_string = f"{api.unavailable}\n"
+    else:
+        route.route.CopyFrom(action)
     return key, route
 
 

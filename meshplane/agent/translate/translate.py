@@ -17,6 +17,7 @@ from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
+from meshplane.agent.translate.service_backends import LocalServices, resolve_services
 from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
 
@@ -35,16 +36,18 @@ def translate_apis(
     settings: GatewaySettings,
     catalog: Catalog | None = None,
     now: float | None = None,
+    services: LocalServices | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
     `catalog` says who may call what (applications, subscriptions, keys, limits); `now` decides which key
-    records have run out.
+    records have run out; `services` are the cluster's Kubernetes services, when known, for the backends
+    that name one (see `service_backends`).
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     Output never depends on input order.
     """
-    views = api_views(apis)
+    views = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
     catalog = catalog or Catalog()
     access = AccessPlan.of(views, settings, catalog, time.time() if now is None else now)
     limits = LimitPlan.of(views, settings, catalog)

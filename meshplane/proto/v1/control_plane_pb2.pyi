@@ -99,6 +99,45 @@ class ReportObjectsRequest(_message.Message):
     objects: _containers.RepeatedCompositeFieldContainer[LocalObject]
     def __init__(self, cluster: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., objects: _Optional[_Iterable[_Union[LocalObject, _Mapping]]] = ...) -> None: ...
 
+class ServiceKey(_message.Message):
+    __slots__ = ("namespace", "name")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ReportedService(_message.Message):
+    __slots__ = ("labels", "spec")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    spec: _struct_pb2.Struct
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class ReportServicesRequest(_message.Message):
+    __slots__ = ("cluster", "idempotency_key", "services", "removed", "complete", "present")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SERVICES_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    idempotency_key: str
+    services: _containers.RepeatedCompositeFieldContainer[ReportedService]
+    removed: _containers.RepeatedCompositeFieldContainer[ServiceKey]
+    complete: bool
+    present: _containers.RepeatedCompositeFieldContainer[ServiceKey]
+    def __init__(self, cluster: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., services: _Optional[_Iterable[_Union[ReportedService, _Mapping]]] = ..., removed: _Optional[_Iterable[_Union[ServiceKey, _Mapping]]] = ..., complete: _Optional[bool] = ..., present: _Optional[_Iterable[_Union[ServiceKey, _Mapping]]] = ...) -> None: ...
+
 class ReportResponse(_message.Message):
     __slots__ = ("duplicate",)
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]

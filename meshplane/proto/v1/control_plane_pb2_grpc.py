@@ -49,6 +49,11 @@ class ControlPlaneStub:
                 request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.SerializeToString,
                 response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.ReportServices = channel.unary_unary(
+                '/meshplane.v1.ControlPlane/ReportServices',
+                request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.SerializeToString,
+                response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+                _registered_method=True)
 
 
 class ControlPlaneServicer:
@@ -75,6 +80,13 @@ class ControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportServices(self, request, context):
+        """The cluster's Kubernetes Services (its service catalog), kept as read-only ServiceEndpoints.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +103,11 @@ def add_ControlPlaneServicer_to_server(servicer, server):
             'ReportObjects': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportObjects,
                     request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.FromString,
+                    response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
+            ),
+            'ReportServices': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportServices,
+                    request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.FromString,
                     response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
             ),
     }
@@ -174,6 +191,33 @@ class ControlPlane:
             target,
             '/meshplane.v1.ControlPlane/ReportObjects',
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportObjectsRequest.SerializeToString,
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportServices(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplane.v1.ControlPlane/ReportServices',
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.SerializeToString,
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
             options,
             channel_credentials,

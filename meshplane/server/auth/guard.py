@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from meshplane.server.auth.oidc import OidcVerifier
 from meshplane.server.auth.principal import OPEN, Principal
@@ -79,5 +80,16 @@ async def current_principal(request: Request) -> Principal:
     return await authenticator.authenticate(request)
 
 
-Caller = Annotated[Principal, Depends(current_principal)]
+_BEARER = HTTPBearer(auto_error=False, description=f"A meshplane token ({PREFIX}_...) or, when configured, an OIDC JWT")
+
+
+async def _caller(
+    request: Request, _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+) -> Principal:
+    """`current_principal`, declared through FastAPI's bearer scheme so that the OpenAPI document says which
+    routes need a token (the authenticator reads the header itself, and answers for a missing one)."""
+    return await current_principal(request)
+
+
+Caller = Annotated[Principal, Depends(_caller)]
 """A route parameter: the principal of the request, authenticated."""

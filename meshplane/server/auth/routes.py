@@ -14,7 +14,7 @@ from meshplane.model.meta import Name
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import Principal, Role, require_fleet_wide, require_write
 from meshplane.server.auth.tokens import TokenService
-from meshplane.server.problems import Problem
+from meshplane.server.problems import Problem, problem_responses
 from meshplane.store.records import TokenRecord
 
 
@@ -46,7 +46,12 @@ def tokens_router(tokens: TokenService) -> APIRouter:
         require_fleet_wide(principal, "managing tokens")
         require_write(principal, "Token", None)
 
-    @router.post("/v1/tokens", status_code=201, summary="Create a bearer token; the token is shown only here")
+    @router.post(
+        "/v1/tokens",
+        status_code=201,
+        summary="Create a bearer token; the token is shown only here",
+        responses=problem_responses(403, body=True),
+    )
     async def create(principal: Caller, body: Annotated[NewToken, Body()]) -> Any:
         admin_only(principal)
         if body.role is Role.ADMIN and body.project is not None:
@@ -55,12 +60,12 @@ def tokens_router(tokens: TokenService) -> APIRouter:
         record, token = await tokens.issue(body.name, body.role, body.project, expires)
         return {**token_view(record), "token": token}
 
-    @router.get("/v1/tokens", summary="List tokens (never the tokens themselves)")
+    @router.get("/v1/tokens", summary="List tokens (never the tokens themselves)", responses=problem_responses(403))
     async def list_tokens(principal: Caller) -> Any:
         admin_only(principal)
         return {"items": [token_view(record) for record in await tokens.store.tokens()]}
 
-    @router.delete("/v1/tokens/{token_id}", summary="Revoke a token")
+    @router.delete("/v1/tokens/{token_id}", summary="Revoke a token", responses=problem_responses(403, 404))
     async def revoke(principal: Caller, token_id: str) -> Any:
         admin_only(principal)
         if not await tokens.revoke(token_id):
@@ -69,7 +74,7 @@ def tokens_router(tokens: TokenService) -> APIRouter:
         assert record is not None
         return token_view(record)
 
-    @router.get("/v1/whoami", summary="Who this request's token speaks for")
+    @router.get("/v1/whoami", summary="Who this request's token speaks for", responses=problem_responses())
     async def whoami(principal: Caller) -> Any:
         return {"name": principal.name, "role": principal.role.value, "project": principal.project}
 

@@ -1,0 +1,118 @@
+"""ServiceEndpoints: the service catalogs agents report, kept as read-only objects of origin `cluster/<name>`.
+
+An endpoint lives in the project named like its Kubernetes namespace when that project exists, else in
+`default`: namespaces are projects in the clusters already (our CRs are), and a namespace nobody made a
+project for still has its services listed somewhere. The choice is made when an endpoint is written and
+again when a project of that name is created or deleted, so creating project `shop` gathers the `shop`
+services of every cluster, and deleting it hands them back to `default`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from google.protobuf import json_format
+
+from meshplane.model.registry import REGISTRY
+from meshplane.model.services import CLUSTER_LABEL, endpoint_name
+from meshplane.model.wire import integral
+from meshplane.observability.tracing import current_carrier
+from meshplane.proto.v1 import control_plane_pb2
+from meshplane.store.errors import NotFound
+from meshplane.store.records import StoredObject
+from meshplane.store.store import Store
+
+KIND = "ServiceEndpoint"
+FALLBACK_PROJECT = "default"
+"""Every server has it: it creates it on its first start."""
+
+
+class _Projects:
+    """Namespace -> project, each looked up once per report."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.known: dict[str, str] = {}
+
+    async def of(self, namespace: str) -> str:
+        if namespace not in self.known:
+            try:
+                await self.store.get("Project", "", namespace)
+                self.known[namespace] = namespace
+            except NotFound:
+                self.known[namespace] = FALLBACK_PROJECT
+        return self.known[namespace]
+
+
+async def apply_report(store: Store, cluster: str, request: control_plane_pb2.ReportServicesRequest) -> None:
+    """Keep the services a report adds or changes, drop those it removes, and after a complete listing drop
+    the cluster's others. InvalidObject for a service whose spec does not validate."""
+    origin = f"cluster/{cluster}"
+    projects = _Projects(store)
+    for reported in request.services:
+        spec = json_format.MessageToDict(reported.spec)
+        namespace, service = str(spec.get("namespace", "")), str(spec.get("service", ""))
+        project = await projects.of(namespace)
+        resource = REGISTRY.parse(
+            {
+                "kind": KIND,
+                "metadata": {
+                    "name": endpoint_name(cluster, namespace, service),
+                    "project": project,
+                    "labels": {**reported.labels, CLUSTER_LABEL: cluster},
+                },
+                "spec": integral({**spec, "cluster": cluster}),
+            }
+        )
+        meta = resource.metadata
+        await store.put(
+            KIND,
+            project,
+            meta.name,
+            spec=resource.spec.to_wire(),
+            labels=meta.labels,
+            origin=origin,
+            trace_context=current_carrier(),
+        )
+    for key in request.removed:
+        await _delete(store, await projects.of(key.namespace), endpoint_name(cluster, key.namespace, key.name))
+    if request.complete:
+        present = {(key.namespace, key.name) for key in request.present}
+        held, _ = await store.list(KIND, where=lambda obj: obj.origin == origin)
+        for obj in held:
+            if (obj.spec["namespace"], obj.spec["service"]) not in present:
+                await _delete(store, obj.project, obj.name)
+            elif obj.project != (project := await projects.of(obj.spec["namespace"])):
+                await _move(store, obj, project)
+
+
+async def rehome(store: Store, namespace: str) -> None:
+    """Put the endpoints of every cluster's `namespace` in the project they belong to now: called when a
+    project of that name is created or deleted."""
+    project = await _Projects(store).of(namespace)
+    held, _ = await store.list(KIND, where=lambda obj: obj.spec["namespace"] == namespace)
+    for obj in held:
+        if obj.project != project:
+            await _move(store, obj, project)
+
+
+async def _move(store: Store, obj: StoredObject, project: str) -> None:
+    """Into `project`, unless a copy is there already (written by a newer report, so it stays)."""
+    try:
+        await store.get(KIND, project, obj.name)
+    except NotFound:
+        await store.put(
+            KIND,
+            project,
+            obj.name,
+            spec=obj.spec,
+            labels=obj.labels,
+            origin=obj.origin,
+            trace_context=current_carrier(),
+        )
+    await _delete(store, obj.project, obj.name)
+
+
+async def _delete(store: Store, project: str, name: str) -> None:
+    with contextlib.suppress(NotFound):
+        await store.delete(KIND, project, name, trace_context=current_carrier())
