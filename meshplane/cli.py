@@ -11,7 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 import yaml
@@ -48,6 +48,7 @@ ServerUrl = Annotated[str, typer.Option("--server", envvar="MESHPLANE_SERVER", h
 TokenOpt = Annotated[str | None, typer.Option("--token", envvar="MESHPLANE_TOKEN", help="bearer token")]
 ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PROJECT", help="project")]
 DEFAULT_SERVER = "http://127.0.0.1:8080"
+T = TypeVar("T")
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]], fast_loop: bool = False) -> None:
@@ -83,6 +84,18 @@ def run_client(call: Coroutine[Any, Any, None]) -> None:
     """Run one CLI call against the server."""
     with user_errors():
         asyncio.run(call)
+
+
+def _request(
+    server: str, token: str | None, send: Callable[[MeshplaneClient], Awaitable[T]], show: Callable[[T], None]
+) -> None:
+    """Send one request and show its answer: the shape of most verbs, their errors handled as `run_client`'s."""
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            show(await send(client))
+
+    run_client(call())
 
 
 def _check_output(output: str, *choices: str) -> None:
@@ -279,60 +292,54 @@ def agent_config_dump(
         sys.stdout.write(render_dump(fetch_config_dump(admin_address), output))
 
 
+LocalXdsOpt = Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")]
+MetricsAddressOpt = Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")]
+
+
+def _run_fed_service(ctx: typer.Context, cls: type, run: Callable[[Any, asyncio.Event], Awaitable[None]]) -> None:
+    """Run a service the local agent feeds (enforcer, rate limiter) on uvloop, as it sits on the request path.
+    Its command's options are its settings' fields, by name."""
+    flags = dict(ctx.params)
+    settings = _load_settings(cls, flags.pop("config"), **flags)
+    configure_logging(settings.log_format, settings.log_level)
+    run_until_signalled(lambda stop: run(settings, stop), fast_loop=True)
+
+
 @app.command()
 def enforcer(
+    ctx: typer.Context,
     config: ConfigOpt = None,
     grpc_address: Annotated[str | None, typer.Option(help="ext_authz gRPC listen address [127.0.0.1:18081]")] = None,
-    xds_address: Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")] = None,
+    xds_address: LocalXdsOpt = None,
     node_id: Annotated[str | None, typer.Option(help="xDS node id; enforcer-HOSTNAME-PID when absent")] = None,
-    metrics_address: Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")] = None,
+    metrics_address: MetricsAddressOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the ext_authz service that checks opaque API keys for the gateways, fed by the agent."""
     from meshplane.enforcer.process import run_enforcer
     from meshplane.enforcer.settings import EnforcerSettings
 
-    settings = _load_settings(
-        EnforcerSettings,
-        config,
-        grpc_address=grpc_address,
-        xds_address=xds_address,
-        node_id=node_id,
-        metrics_address=metrics_address,
-        log_format=log_format,
-    )
-    configure_logging(settings.log_format, settings.log_level)
-    run_until_signalled(lambda stop: run_enforcer(settings, stop), fast_loop=True)
+    _run_fed_service(ctx, EnforcerSettings, run_enforcer)
 
 
 @app.command()
 def ratelimiter(
+    ctx: typer.Context,
     config: ConfigOpt = None,
     grpc_address: Annotated[str | None, typer.Option(help="RateLimitService gRPC address [127.0.0.1:18082]")] = None,
-    xds_address: Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")] = None,
+    xds_address: LocalXdsOpt = None,
     redis_url: Annotated[
         str | None, typer.Option(help="count in Redis, shared by replicas: redis://host:port/db; in memory when absent")
     ] = None,
     node_id: Annotated[str | None, typer.Option(help="xDS node id; ratelimiter-HOSTNAME-PID when absent")] = None,
-    metrics_address: Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")] = None,
+    metrics_address: MetricsAddressOpt = None,
     log_format: LogFormatOpt = None,
 ) -> None:
     """Run the global rate-limit service the gateways call, its limits fed by the agent."""
     from meshplane.ratelimiter.main import run_ratelimiter
     from meshplane.ratelimiter.settings import RateLimiterSettings
 
-    settings = _load_settings(
-        RateLimiterSettings,
-        config,
-        grpc_address=grpc_address,
-        xds_address=xds_address,
-        redis_url=redis_url,
-        node_id=node_id,
-        metrics_address=metrics_address,
-        log_format=log_format,
-    )
-    configure_logging(settings.log_format, settings.log_level)
-    run_until_signalled(lambda stop: run_ratelimiter(settings, stop), fast_loop=True)
+    _run_fed_service(ctx, RateLimiterSettings, run_ratelimiter)
 
 
 @app.command()
@@ -474,13 +481,14 @@ def delete(
     token: TokenOpt = None,
 ) -> None:
     """Delete an object."""
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            deleted = await client.delete(kind, name, project)
-            out.print(f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.delete(kind, name, project),
+        lambda deleted: out.print(
+            f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False
+        ),
+    )
 
 
 def _cluster_rows(clusters: list[dict[str, Any]]) -> Table:
@@ -569,6 +577,14 @@ def _check_issue_output(output: str, key_only: bool) -> None:
         raise typer.BadParameter("prints the key alone; leave out --output", param_hint="--key-only")
 
 
+def _print_views(views: list[dict[str, Any]], output: str, table: Callable[[list[dict[str, Any]]], Table]) -> None:
+    """Keys or tokens as a table for people, or as data for scripts."""
+    if output == "table":
+        _print_table(table(views))
+    else:
+        _print_data(views, output)
+
+
 def _print_issued(answer: dict[str, Any], output: str, key_only: bool) -> None:
     """The answer of create or rotate, the only one that holds the key: print it whole, once."""
     from meshplane.cli_ops import issued_key_text, key_table
@@ -600,12 +616,12 @@ def keys_create(
     _check_issue_output(output, key_only)
     with user_errors():
         imported = import_key_file.read_text().strip() if import_key_file else None
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            _print_issued(await client.issue_key(application, project, expires_in, imported), output, key_only)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.issue_key(application, project, expires_in, imported),
+        lambda answer: _print_issued(answer, output, key_only),
+    )
 
 
 @keys_app.command("list")
@@ -620,16 +636,12 @@ def keys_list(
     from meshplane.cli_ops import key_table
 
     _check_output(output, "table", "yaml", "json")
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            views = await client.list_keys(application, project)
-            if output == "table":
-                _print_table(key_table(views))
-            else:
-                _print_data(views, output)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.list_keys(application, project),
+        lambda views: _print_views(views, output, key_table),
+    )
 
 
 @keys_app.command("revoke")
@@ -641,13 +653,14 @@ def keys_revoke(
     token: TokenOpt = None,
 ) -> None:
     """Revoke a key: every gateway refuses it once its configuration catches up."""
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            revoked = await client.revoke_key(application, key_id, project)
-            out.print(f"key {revoked['id']} of {revoked['application']} revoked", markup=False, highlight=False)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.revoke_key(application, key_id, project),
+        lambda revoked: out.print(
+            f"key {revoked['id']} of {revoked['application']} revoked", markup=False, highlight=False
+        ),
+    )
 
 
 @keys_app.command("rotate")
@@ -664,25 +677,23 @@ def keys_rotate(
 ) -> None:
     """Issue a key to replace another and print it; the old one works for the overlap, then stops."""
     _check_issue_output(output, key_only)
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            answer = await client.rotate_key(application, key_id, project, overlap, expires_in)
-            _print_issued(answer, output, key_only)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.rotate_key(application, key_id, project, overlap, expires_in),
+        lambda answer: _print_issued(answer, output, key_only),
+    )
 
 
 @signing_keys_app.command("rotate")
 def signing_keys_rotate(server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None) -> None:
     """Sign new API keys with a new key; keys signed before keep working until their signer is retired."""
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            kid = (await client.rotate_signing_key())["kid"]
-            out.print(f"signing key {kid} now signs new API keys", markup=False, highlight=False)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.rotate_signing_key(),
+        lambda answer: out.print(f"signing key {answer['kid']} now signs new API keys", markup=False, highlight=False),
+    )
 
 
 @signing_keys_app.command("retire")
@@ -692,13 +703,12 @@ def signing_keys_retire(
     token: TokenOpt = None,
 ) -> None:
     """Retire a signing key: every API key it signed stops working."""
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            await client.retire_signing_key(kid)
-            out.print(f"signing key {kid} retired", markup=False, highlight=False)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.retire_signing_key(kid),
+        lambda _: out.print(f"signing key {kid} retired", markup=False, highlight=False),
+    )
 
 
 @app.command()
@@ -763,16 +773,14 @@ def tokens_create(
     """Create a bearer token and print it once: the server keeps only its digest."""
     from meshplane.cli_ops import token_table
 
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            answer = await client.create_token(name, role, project, expires_in)
+    def show(answer: dict[str, Any]) -> None:
         if token_only:
             sys.stdout.write(answer["token"] + "\n")
             return
         _print_table(token_table([answer]))
         sys.stdout.write(f"\n{answer['token']}\n\nStore this token now: it is not shown again.\n")
 
-    run_client(call())
+    _request(server, token, lambda client: client.create_token(name, role, project, expires_in), show)
 
 
 @tokens_app.command("list")
@@ -781,16 +789,7 @@ def tokens_list(output: OutputOpt = "table", server: ServerUrl = DEFAULT_SERVER,
     from meshplane.cli_ops import token_table
 
     _check_output(output, "table", "yaml", "json")
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            views = await client.list_tokens()
-        if output == "table":
-            _print_table(token_table(views))
-        else:
-            _print_data(views, output)
-
-    run_client(call())
+    _request(server, token, lambda client: client.list_tokens(), lambda views: _print_views(views, output, token_table))
 
 
 @tokens_app.command("revoke")
@@ -798,13 +797,12 @@ def tokens_revoke(
     token_id: Annotated[str, typer.Argument()], server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None
 ) -> None:
     """Revoke a token: every server refuses it within seconds."""
-
-    async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
-            await client.revoke_token(token_id)
-        out.print(f"token {token_id} revoked", highlight=False)
-
-    run_client(call())
+    _request(
+        server,
+        token,
+        lambda client: client.revoke_token(token_id),
+        lambda _: out.print(f"token {token_id} revoked", highlight=False),
+    )
 
 
 def main() -> None:

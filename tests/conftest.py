@@ -2,9 +2,11 @@
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from meshplane.store.store import Store
 from tests.harness.kube import KubeAPIServer, start_kube_apiserver
 from tests.harness.postgres import PostgresServer, start_postgres
 from tests.harness.redis import RedisServer, start_redis
@@ -28,6 +30,18 @@ async def postgres_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
 
 
 # --- end of the PostgreSQL block ---
+
+# --- Store: an empty one on SQLite per test, for tests that use it in process ---
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'meshplane.db'}")
+    yield opened
+    await opened.close()
+
+
+# --- end of the Store block ---
 
 # --- Store URL for end-to-end tests: the server on SQLite (its own file) and on PostgreSQL ---
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
+from meshplane.grpc_handlers import Behavior, HandlerInterceptor, behavior_of, same_shape
 from meshplane.observability.metrics import GRPC_LATENCY, GRPC_REQUESTS
 
 
@@ -31,27 +32,16 @@ def _record(method: str, started: float, context: grpc.aio.ServicerContext, erro
     GRPC_LATENCY.labels(method).observe(time.perf_counter() - started)
 
 
-class MeasureCalls(grpc.aio.ServerInterceptor):
+class MeasureCalls(HandlerInterceptor):
     """Records each call's outcome in `meshplane_grpc_requests_total` and its duration (a stream's whole life)
     in `meshplane_grpc_request_duration_seconds`. Response streams must be async generators, as ours are."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method: str = handler_call_details.method
-        if handler.response_streaming:
-            return _streaming(handler, method)
-        return _unary(handler, method)
+    def wrap(self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        measure = _streaming if handler.response_streaming else _unary
+        return same_shape(handler, measure(behavior_of(handler), details.method))
 
 
-def _unary(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    behavior = handler.stream_unary if handler.request_streaming else handler.unary_unary
-
+def _unary(behavior: Behavior, method: str) -> Behavior:
     async def measured(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.perf_counter()
         try:
@@ -62,13 +52,10 @@ def _unary(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler
         _record(method, started, context, None)
         return response
 
-    make = grpc.stream_unary_rpc_method_handler if handler.request_streaming else grpc.unary_unary_rpc_method_handler
-    return make(measured, handler.request_deserializer, handler.response_serializer)
+    return measured
 
 
-def _streaming(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    behavior = handler.stream_stream if handler.request_streaming else handler.unary_stream
-
+def _streaming(behavior: Behavior, method: str) -> Behavior:
     async def measured(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         started = time.perf_counter()
         try:
@@ -79,5 +66,4 @@ def _streaming(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHan
             raise
         _record(method, started, context, None)
 
-    make = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
-    return make(measured, handler.request_deserializer, handler.response_serializer)
+    return measured

@@ -12,9 +12,8 @@ from typing import Any
 import grpc
 from opentelemetry.trace import SpanKind
 
+from meshplane.grpc_handlers import Behavior, HandlerInterceptor, same_shape
 from meshplane.observability.tracing import context_of, current_carrier, tracer
-
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
 
 def _rpc_attributes(method: str) -> dict[str, str]:
@@ -43,20 +42,15 @@ class TraceUnaryCalls(grpc.aio.UnaryUnaryClientInterceptor):
             return call
 
 
-class TraceUnaryHandlers(grpc.aio.ServerInterceptor):
+class TraceUnaryHandlers(HandlerInterceptor):
     """A server span per unary call, the child of the span named by the caller's `traceparent` metadata."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+    def wrap(self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        if handler.unary_unary is None:
             return handler
         behavior: Behavior = handler.unary_unary
-        method: str = handler_call_details.method
-        parent = context_of(dict(handler_call_details.invocation_metadata or ()))
+        method: str = details.method
+        parent = context_of(dict(details.invocation_metadata or ()))
 
         async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
             with tracer().start_as_current_span(
@@ -64,8 +58,4 @@ class TraceUnaryHandlers(grpc.aio.ServerInterceptor):
             ):
                 return await behavior(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            traced,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return same_shape(handler, traced)

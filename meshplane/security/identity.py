@@ -9,11 +9,11 @@ names is taken at its word.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
+from meshplane.grpc_handlers import Behavior, HandlerInterceptor, same_shape
 from meshplane.security.ca import CLUSTER_URI_PREFIX, cluster_of_uris
 
 CONTROL_PLANE_PREFIX = "/meshplane.v1.ControlPlane/"
@@ -45,10 +45,7 @@ def authorize_cluster(context: grpc.aio.ServicerContext, claimed: str) -> None:
         raise PermissionError(f"certificate is for cluster {identity!r}, not {claimed!r}")
 
 
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
-
-
-class ClusterIdentityInterceptor(grpc.aio.ServerInterceptor):
+class ClusterIdentityInterceptor(HandlerInterceptor):
     """Refuses (PERMISSION_DENIED) every `meshplane.v1.ControlPlane` call whose `cluster` is not the caller's.
 
     Installed on servers that require client certificates. One check for every RPC of the service,
@@ -56,17 +53,12 @@ class ClusterIdentityInterceptor(grpc.aio.ServerInterceptor):
     check learns about it, rather than let through unchecked.
     """
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not method.startswith(CONTROL_PLANE_PREFIX):
+    def wrap(self, handler: grpc.RpcMethodHandler, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = details.method
+        if not method.startswith(CONTROL_PLANE_PREFIX):
             return handler
         if handler.unary_unary is None:
-            return _refusing(handler, f"{method}: streaming calls have no cluster identity check")
+            return same_shape(handler, _refusing(f"{method}: streaming calls have no cluster identity check"))
         behavior: Behavior = handler.unary_unary
 
         async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -76,23 +68,11 @@ class ClusterIdentityInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
             return await behavior(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            checked,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return same_shape(handler, checked)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as `handler` that refuses every call."""
-
+def _refusing(reason: str) -> Behavior:
     async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
 
-    if not handler.request_streaming:
-        make = grpc.unary_stream_rpc_method_handler
-    elif handler.response_streaming:
-        make = grpc.stream_stream_rpc_method_handler
-    else:
-        make = grpc.stream_unary_rpc_method_handler
-    return make(refuse, handler.request_deserializer, handler.response_serializer)
+    return refuse

@@ -91,6 +91,17 @@ def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) 
     return tracer().start_as_current_span(f"meshplane.write {info.kind}", attributes=attributes)
 
 
+def _written(resource: Resource) -> dict[str, Any]:
+    """What a create or a put stores of a resource, with the trace its write belongs to."""
+    meta = resource.metadata
+    return {
+        "spec": resource.spec.to_wire(),
+        "labels": meta.labels,
+        "annotations": meta.annotations,
+        "trace_context": current_carrier(),
+    }
+
+
 class ObjectService:
     def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
         self.store = store
@@ -134,27 +145,22 @@ class ObjectService:
             raise InvalidObject(errors)
         return resource
 
-    async def _check(self, resource: Resource) -> None:
+    async def _admit(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
+        """The document as a resource that may be written: in a project that exists, valid, and clashing with
+        nothing stored."""
+        if project is not None:
+            await self.require_project(project)
+        resource = self.validate(info, project, name, doc)
         await check_intent(self.store, resource)
         await check_access(self.store, resource, self.api_catalog)
+        return resource
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
-            if project is not None:
-                await self.require_project(project)
-            resource = self.validate(info, project, None, doc)
-            await self._check(resource)
+            resource = await self._admit(info, project, None, doc)
             meta = resource.metadata
             span.set_attribute("meshplane.name", meta.name)
-            stored = await self.store.create(
-                info.kind,
-                meta.project or "",
-                meta.name,
-                spec=resource.spec.to_wire(),
-                labels=meta.labels,
-                annotations=meta.annotations,
-                trace_context=current_carrier(),
-            )
+            stored = await self.store.create(info.kind, meta.project or "", meta.name, **_written(resource))
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -167,23 +173,13 @@ class ObjectService:
     async def _put(
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None
     ) -> tuple[Resource, bool]:
-        if project is not None:
-            await self.require_project(project)
-        resource = self.validate(info, project, name, doc)
-        await self._check(resource)
+        resource = await self._admit(info, project, name, doc)
         meta = resource.metadata
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
             expected = parse_revision(meta.resource_version)
         stored, created = await self.store.put(
-            info.kind,
-            meta.project or "",
-            meta.name,
-            spec=resource.spec.to_wire(),
-            labels=meta.labels,
-            annotations=meta.annotations,
-            expected_revision=expected,
-            trace_context=current_carrier(),
+            info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource)
         )
         if created:
             await self._project_changed(info, meta.name)

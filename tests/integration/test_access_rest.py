@@ -23,6 +23,7 @@ from meshplane.server.objects import ObjectService
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.errors import NotFound
 from meshplane.store.store import Store
+from tests.harness.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -72,13 +73,6 @@ def moment(text: str) -> datetime:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'meshplane.db'}")
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
 def signing(tmp_path: Path) -> SigningKeys:
     return SigningKeys(tmp_path / "signing")
 
@@ -89,12 +83,7 @@ async def client(store: Store, signing: SigningKeys) -> AsyncIterator[httpx.Asyn
     await publish_key_set(store, signing)
     app = create_app(store)
     app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=10) as http:
-        for project in ("shop", "other"):
-            created = await http.post(
-                "/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}}
-            )
-            assert created.status_code == 201, created.text
+    async with north_client(app, ["shop", "other"]) as http:
         yield http
 
 

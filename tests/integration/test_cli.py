@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -55,12 +55,6 @@ def meshplane(
     """Run the CLI to completion (at most 30 s); `server` as for `cli`."""
     argv, env = cli(args, server)
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=30, env=env, check=False)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with run_server(tmp_path_factory.mktemp("cli")) as running:
-        yield running
 
 
 @pytest.fixture

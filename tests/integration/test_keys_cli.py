@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import jwt
 import pytest
 
-from tests.harness.meshplane import ServerProcess, run_server
+from tests.harness.meshplane import ServerProcess
 from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with run_server(tmp_path_factory.mktemp("keys-cli")) as running:
-        yield running
 
 
 @pytest.fixture

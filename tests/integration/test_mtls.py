@@ -9,7 +9,6 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -25,12 +24,6 @@ from tests.harness.process import free_port, running, wait_until
 from tests.harness.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with run_server(tmp_path_factory.mktemp("mtls")) as running_server:
-        yield running_server
 
 
 def api_on(cluster: str, name: str) -> dict:

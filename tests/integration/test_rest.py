@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from meshplane.model.registry import REGISTRY
 from meshplane.server.app import create_app
 from meshplane.store.store import Store
+from tests.harness.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,19 +42,9 @@ def field_paths(response: httpx.Response) -> list[str]:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'meshplane.db'}")
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
 async def client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a fresh server that holds one project, `shop`."""
-    transport = httpx.ASGITransport(app=create_app(store))
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as http:
-        created = await http.post("/v1/projects", json={"kind": "Project", "metadata": {"name": "shop"}, "spec": {}})
-        assert created.status_code == 201, created.text
+    async with north_client(create_app(store), ["shop"]) as http:
         yield http
 
 

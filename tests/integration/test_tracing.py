@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,45 +171,54 @@ def assert_one_trace(spans: list[ReadableSpan], caller_span_id: int) -> None:
     assert apply.attributes["meshplane.cluster"] == CLUSTER
 
 
+@pytest.fixture
+def upstream_port() -> Iterator[int]:
+    """The port of upstream `one`, which the API `put_api` writes routes to."""
+    with run_upstream("one") as (port, _):
+        yield port
+
+
+async def served_trace(gateway: Gateway, spans: RecordedSpans, trace_id: int) -> list[ReadableSpan]:
+    """Once the gateway serves the written API: its write's trace, down to the gateway's ACK."""
+    await asyncio.to_thread(gateway.wait_for, "/orders/items", from_upstream("one"))
+    return await trace_holding(spans, trace_id, *SPAN_NAMES, "meshplane.gateway.ack")
+
+
 @pytest.mark.envoy
 @pytest.mark.timeout(90)
 async def test_a_write_pushed_to_a_connected_agent_is_one_trace_down_to_the_gateway_ack(
-    tmp_path: Path, recorded_spans: RecordedSpans
+    tmp_path: Path, recorded_spans: RecordedSpans, upstream_port: int
 ) -> None:
     trace_id, caller, header = traceparent()
-    with run_upstream("one") as (upstream_port, _):
-        async with (
-            asyncio.timeout(60),
-            server_running(tmp_path) as server,
-            agent_running(tmp_path, server.grpc_address) as agent,
-            gateway_running(tmp_path, agent) as gateway,
-        ):
-            await asyncio.to_thread(gateway.wait_for, "/orders/items", status(404))
-            await put_api(server, upstream_port, header)
-            await asyncio.to_thread(gateway.wait_for, "/orders/items", from_upstream("one"))
-            spans = await trace_holding(recorded_spans, trace_id, *SPAN_NAMES, "meshplane.gateway.ack")
+    async with (
+        asyncio.timeout(60),
+        server_running(tmp_path) as server,
+        agent_running(tmp_path, server.grpc_address) as agent,
+        gateway_running(tmp_path, agent) as gateway,
+    ):
+        await asyncio.to_thread(gateway.wait_for, "/orders/items", status(404))
+        await put_api(server, upstream_port, header)
+        spans = await served_trace(gateway, recorded_spans, trace_id)
     assert_one_trace(spans, caller)
 
 
 @pytest.mark.envoy
 @pytest.mark.timeout(90)
 async def test_an_edge_offline_at_the_write_joins_the_writes_trace_when_it_comes_back(
-    tmp_path: Path, recorded_spans: RecordedSpans
+    tmp_path: Path, recorded_spans: RecordedSpans, upstream_port: int
 ) -> None:
     trace_id, caller, header = traceparent()
-    with run_upstream("one") as (upstream_port, _):
-        async with asyncio.timeout(60), server_running(tmp_path) as server:
-            with run_tcp_proxy(int(server.grpc_address.rpartition(":")[2])) as link:
-                await asyncio.to_thread(link.block)
-                async with agent_running(tmp_path, link.address) as agent, gateway_running(tmp_path, agent) as gateway:
-                    # The edge serves its last configuration while it cannot reach the server.
-                    await asyncio.to_thread(gateway.wait_for, "/orders/items", status(404))
-                    await put_api(server, upstream_port, header)
-                    await trace_holding(recorded_spans, trace_id, "meshplane.write API", "meshplane.store.transaction")
-                    assert "meshplane.push" not in {span.name for span in recorded_spans.finished(trace_id)}
-                    await asyncio.to_thread(link.resume)
-                    await asyncio.to_thread(gateway.wait_for, "/orders/items", from_upstream("one"))
-                    spans = await trace_holding(recorded_spans, trace_id, *SPAN_NAMES, "meshplane.gateway.ack")
+    async with asyncio.timeout(60), server_running(tmp_path) as server:
+        with run_tcp_proxy(int(server.grpc_address.rpartition(":")[2])) as link:
+            await asyncio.to_thread(link.block)
+            async with agent_running(tmp_path, link.address) as agent, gateway_running(tmp_path, agent) as gateway:
+                # The edge serves its last configuration while it cannot reach the server.
+                await asyncio.to_thread(gateway.wait_for, "/orders/items", status(404))
+                await put_api(server, upstream_port, header)
+                await trace_holding(recorded_spans, trace_id, "meshplane.write API", "meshplane.store.transaction")
+                assert "meshplane.push" not in {span.name for span in recorded_spans.finished(trace_id)}
+                await asyncio.to_thread(link.resume)
+                spans = await served_trace(gateway, recorded_spans, trace_id)
     assert_one_trace(spans, caller)
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.harness.meshplane import ServerProcess, run_server
+from tests.harness.meshplane import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,12 +48,6 @@ class Watch:
         while (change := self.next())["object"]["metadata"]["name"] != name:
             pass
         return change
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with run_server(tmp_path_factory.mktemp("watch")) as running:
-        yield running
 
 
 @pytest.fixture

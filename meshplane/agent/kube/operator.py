@@ -7,24 +7,21 @@ changes and its deletion, so that the control plane shows it with its origin.
 An event on a managed CR asks the applier to check it, so edits to what the control plane delivered
 (drift) are put back; the applier's periodic resync catches whatever a watch misses.
 
-The watch is a plain streamed `?watch=1` from the resourceVersion of a full list, with bookmarks; a
-410 Gone (the version is too old) or any error starts again from a new list, with backoff on errors.
+The CRs are listed, then watched, with `watch.follow`: a new list after a 410 Gone, backoff on errors.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 from google.protobuf import struct_pb2
 
-from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable, ResourceType
+from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable
 from meshplane.agent.kube.desired import MANAGED_BY, MANAGED_BY_VALUE, ObjectKey
+from meshplane.agent.kube.watch import follow
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION, InvalidObject, Resource
 from meshplane.observability.logging import get_logger
@@ -35,12 +32,7 @@ log = get_logger("meshplane.agent.kube.operator")
 ReportObjects = Callable[[list[control_plane_pb2.LocalObject]], Awaitable[None]]
 KeepLocal = Callable[[str, str, Resource | None], Awaitable[None]]
 WATCHED_KIND = "API"
-WATCH_TIMEOUT = 300  # seconds the API server keeps one watch open; it then ends cleanly and is resumed
 ACCEPTED = "Accepted"
-
-
-class _Gone(Exception):
-    """The watched resourceVersion is too old: list again."""
 
 
 def is_managed(obj: Mapping[str, Any]) -> bool:
@@ -106,95 +98,26 @@ class KubeOperator:
         self._started = False
 
     async def run(self) -> None:
-        delay = 0.5
-        while True:
-            try:
-                resource = await self.client.resource_type(API_VERSION, WATCHED_KIND)
-                version = await self._relist(resource)
-                delay = 0.5
-                while True:
-                    version = await self._watch(resource, version)
-            except _Gone:
-                log.info("watch expired; listing again")
-                continue
-            except (KubeUnavailable, KubeRefused, httpx.HTTPError, ValueError) as exc:
-                log.warning("watch of custom resources failed; retrying", error=str(exc), retry_in=round(delay, 2))
-            except Exception:  # a bug here must not stop the agent serving its gateways
-                log.exception("operator failed; retrying")
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, 30.0)
+        await follow(
+            self.client, lambda: self.client.resource_type(API_VERSION, WATCHED_KIND), self._listed, self._event
+        )
 
-    async def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
-        try:
-            response = await self.client.http.get(path, params=params)
-        except httpx.HTTPError as exc:
-            raise KubeUnavailable(f"GET {path}: {exc!r}") from None
-        if response.status_code == 410:
-            raise _Gone()
-        if response.status_code >= 400:
-            raise KubeUnavailable(f"GET {path}: {response.status_code} {response.text}", response.status_code)
-        return response.json()
-
-    async def _relist(self, resource: ResourceType) -> str:
+    async def _listed(self, items: list[dict[str, Any]]) -> None:
         """Every CR now; local ones that vanished since they were reported are reported deleted."""
-        items: list[dict[str, Any]] = []
-        params = {"limit": "500"}
-        while True:
-            page = await self._get(resource.path(), params)
-            items.extend(page.get("items", []))
-            version = page.get("metadata", {}).get("resourceVersion", "")
-            if not (token := page.get("metadata", {}).get("continue")):
-                break
-            params["continue"] = token
         if not self._started:
             self._started = True
             for key in self.known_local():
                 self._reported.setdefault(key, "")
         present = set()
         for item in items:
-            item.setdefault("apiVersion", resource.api_version)
-            item.setdefault("kind", resource.kind)
             meta = item["metadata"]
             present.add((meta.get("namespace", ""), meta["name"]))
-            await self._event(resource, "ADDED", item)
+            await self._event("ADDED", item)
         gone = [key for key in self._reported if key not in present]
         for namespace, name in gone:
             await self._forget(namespace, name)
-        return version
 
-    async def _watch(self, resource: ResourceType, version: str) -> str:
-        """Follow changes from `version` until the API server ends the watch; the version reached."""
-        params = {
-            "watch": "1",
-            "allowWatchBookmarks": "true",
-            "resourceVersion": version,
-            "timeoutSeconds": str(WATCH_TIMEOUT),
-        }
-        timeout = httpx.Timeout(10.0, read=WATCH_TIMEOUT + 30)
-        async with self.client.http.stream("GET", resource.path(), params=params, timeout=timeout) as response:
-            if response.status_code == 410:
-                raise _Gone()
-            if response.status_code >= 400:
-                await response.aread()
-                raise KubeUnavailable(f"watch: {response.status_code} {response.text}", response.status_code)
-            async for line in response.aiter_lines():
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Gone()
-                    raise KubeUnavailable(f"watch error: {obj.get('message')}", obj.get("code") or 0)
-                version = obj.get("metadata", {}).get("resourceVersion") or version
-                if kind == "BOOKMARK":
-                    continue
-                obj.setdefault("apiVersion", resource.api_version)
-                obj.setdefault("kind", resource.kind)
-                await self._event(resource, kind, obj)
-        return version
-
-    async def _event(self, resource: ResourceType, kind: str, obj: dict[str, Any]) -> None:
+    async def _event(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
         namespace, name = meta.get("namespace", ""), meta["name"]
         deleted = kind == "DELETED"
@@ -214,7 +137,7 @@ class KubeOperator:
         except InvalidObject as exc:
             api, problem = None, str(exc)
         await self.keep_local(namespace, name, api)
-        await self._set_accepted(resource, obj, problem)
+        await self._set_accepted(obj, problem)
         if problem:  # the control plane would refuse it just the same
             self._reported[(namespace, name)] = fingerprint
             log.warning("a locally made API is invalid; not served", project=namespace, name=name, reason=problem)
@@ -235,13 +158,14 @@ class KubeOperator:
         self._reported[(namespace, name)] = fingerprint
         log.info("reported a locally made object", kind=WATCHED_KIND, project=namespace, name=name)
 
-    async def _set_accepted(self, resource: ResourceType, obj: Mapping[str, Any], problem: str | None) -> None:
+    async def _set_accepted(self, obj: Mapping[str, Any], problem: str | None) -> None:
         """Show on the CR whether it is served, as `kubectl describe` and `kubectl wait` read it."""
         conditions = accepted_conditions(obj, problem)
         if conditions is None:
             return
         namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
         try:
+            resource = await self.client.resource_type(API_VERSION, WATCHED_KIND)  # discovered before the list
             await self.client.patch_status(resource, namespace, name, {"conditions": conditions})
         except (KubeRefused, KubeUnavailable) as exc:  # the CR may be gone already; the log keeps the reason
             log.warning("cannot set the condition of a local API", project=namespace, name=name, error=str(exc))

@@ -21,12 +21,17 @@ Listed = Callable[[list[dict[str, Any]]], Awaitable[None]]
 """Told every object after each list: the whole truth, replacing whatever came before."""
 Changed = Callable[[str, dict[str, Any]], Awaitable[None]]
 """Told each change after a list: ADDED, MODIFIED or DELETED, and the object."""
+Discover = Callable[[], Awaitable[ResourceType]]
+"""Finds a resource that may not be served yet (a custom resource before its definition is installed)."""
 
 
-async def follow(client: KubeClient, resource: ResourceType, listed: Listed, changed: Changed) -> None:
+async def follow(client: KubeClient, resource: ResourceType | Discover, listed: Listed, changed: Changed) -> None:
+    """Follow `resource`, or the one `resource()` discovers: discovery is retried like a failed list."""
     delay = 0.5
     while True:
         try:
+            if not isinstance(resource, ResourceType):
+                resource = await resource()
             items, version = await client.list_at(resource)
             await listed(items)
             delay = 0.5
@@ -36,11 +41,15 @@ async def follow(client: KubeClient, resource: ResourceType, listed: Listed, cha
                     if kind != "BOOKMARK":
                         await changed(kind, obj)
         except WatchExpired:
-            log.info("watch expired; listing again", resource=resource.plural)
+            log.info("watch expired; listing again", resource=_plural(resource))
             continue
         except (KubeUnavailable, KubeRefused, ValueError) as exc:
-            log.warning("watch failed; retrying", resource=resource.plural, error=str(exc), retry_in=round(delay, 2))
+            log.warning("watch failed; retrying", resource=_plural(resource), error=str(exc), retry_in=round(delay, 2))
         except Exception:  # a bug here must not stop the agent serving its gateways
-            log.exception("watch failed; retrying", resource=resource.plural)
+            log.exception("watch failed; retrying", resource=_plural(resource))
         await asyncio.sleep(delay * random.uniform(0.8, 1.2))
         delay = min(delay * 2, 30.0)
+
+
+def _plural(resource: ResourceType | Discover) -> str:
+    return resource.plural if isinstance(resource, ResourceType) else "(not discovered yet)"

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-import pytest
 
 from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
@@ -73,13 +69,6 @@ def test_a_clock_behind_the_store_never_makes_the_lag_negative() -> None:
     future = replace(delivered("a", 9, 0.0), changed_at=NOW + timedelta(seconds=5))
 
     assert delivery_lag([("API", "shop", "a")], {("API", "shop", "a"): future}, 9, NOW) == (1, 0.0)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    yield opened
-    await opened.close()
 
 
 def lag(cluster: str) -> tuple[float, float]:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from envoy.config.core.v3.base_pb2 import Node
 
@@ -14,13 +11,6 @@ from meshplane.store.errors import NotFound
 from meshplane.store.store import Store
 
 from .support import sample
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    yield opened
-    await opened.close()
 
 
 async def test_connected_agents_counts_clusters_not_streams(store: Store) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -24,6 +23,24 @@ def api_spec(port: int) -> dict:
     return {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": port}]}
 
 
+def feeder_of(store: Store) -> tuple[ResourceCache, ProjectionFeeder]:
+    """A feeder of `store` that polls fast, and the cache it fills."""
+    cache = ResourceCache()
+    return cache, ProjectionFeeder(store, FleetProjection(cache), ManifestProjection(cache), poll_interval=0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(feeder: ProjectionFeeder) -> AsyncIterator[None]:
+    """The feeder's loop, for as long as the block lasts."""
+    task = asyncio.create_task(feeder.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> None:
     async with asyncio.timeout(seconds):
         while True:
@@ -32,31 +49,21 @@ async def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(tmp_path: Path) -> None:
-    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
-    try:
-        await store.create("Cluster", "", "edge-1", spec={})
-        await store.create("API", "shop", "orders", spec=api_spec(9001))
-        cache = ResourceCache()
-        feeder = ProjectionFeeder(store, FleetProjection(cache), ManifestProjection(cache), poll_interval=0.05)
-        await feeder._load()
+async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(store: Store) -> None:
+    await store.create("Cluster", "", "edge-1", spec={})
+    await store.create("API", "shop", "orders", spec=api_spec(9001))
+    cache, feeder = feeder_of(store)
+    await feeder._load()
 
-        # While this server was not tailing: changes, then compaction past where it stopped.
-        await store.put("API", "shop", "orders", spec=api_spec(9002))
-        await store.create("API", "shop", "billing", spec={**api_spec(9003), "basePath": "/billing"})
-        await store.delete("API", "shop", "orders")
-        await store.compact(await store.current_revision())
+    # While this server was not tailing: changes, then compaction past where it stopped.
+    await store.put("API", "shop", "orders", spec=api_spec(9002))
+    await store.create("API", "shop", "billing", spec={**api_spec(9003), "basePath": "/billing"})
+    await store.delete("API", "shop", "orders")
+    await store.compact(await store.current_revision())
 
-        with pytest.raises(Compacted):
-            async with asyncio.timeout(5):
-                await feeder._tail()
+    with pytest.raises(Compacted):
+        async with asyncio.timeout(5):
+            await feeder._tail()
 
-        task = asyncio.create_task(feeder.run())
-        try:
-            await wait_for(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"})
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    finally:
-        await store.close()
+    async with running(feeder):
+        await wait_for(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"})

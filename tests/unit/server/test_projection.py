@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -64,17 +65,44 @@ def expected(apis: dict[str, StoredObject], clusters: dict[str, dict[str, str]],
     return out
 
 
+cluster_steps = st.one_of(
+    st.tuples(st.just("label"), st.sampled_from(CLUSTERS), st.sampled_from(REGIONS)),
+    st.tuples(st.just("drop-cluster"), st.sampled_from(CLUSTERS)),
+)
 placements = st.one_of(
     st.just({}),
     st.builds(lambda cs: {"clusters": cs}, st.lists(st.sampled_from(CLUSTERS), min_size=1, max_size=2, unique=True)),
     st.builds(lambda r: {"clusterSelector": {"matchLabels": {"region": r}}}, st.sampled_from(REGIONS)),
 )
+
+
+def change_cluster(projection: FleetProjection, clusters: dict[str, dict[str, str]], step: tuple) -> None:
+    """A history's cluster step: relabel a cluster, or drop it."""
+    match step:
+        case ("label", cluster, region):
+            clusters[cluster] = {"region": region}
+            projection.upsert_cluster(cluster, clusters[cluster])
+        case ("drop-cluster", cluster):
+            clusters.pop(cluster, None)
+            projection.remove_cluster(cluster)
+
+
+def assert_as_rebuilt(
+    cache: ResourceCache, objects: Iterable[StoredObject], clusters: dict[str, dict[str, str]], type_urls: list[str]
+) -> None:
+    """What a history left in `cache` is what a fresh projection of where it ended holds."""
+    rebuilt = ResourceCache()
+    FleetProjection(rebuilt).reset(list(objects), [stored("Cluster", c, labels=lb) for c, lb in clusters.items()])
+    for cluster in clusters:
+        for type_url in type_urls:
+            assert cache.resources(cluster, type_url) == rebuilt.resources(cluster, type_url)
+
+
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("put"), st.sampled_from(["a", "b", "c", "d"]), placements, st.integers(9001, 9003)),
         st.tuples(st.just("delete"), st.sampled_from(["a", "b", "c", "d"])),
-        st.tuples(st.just("label"), st.sampled_from(CLUSTERS), st.sampled_from(REGIONS)),
-        st.tuples(st.just("drop-cluster"), st.sampled_from(CLUSTERS)),
+        cluster_steps,
     ),
     max_size=30,
 )
@@ -96,19 +124,11 @@ def test_every_cluster_holds_exactly_what_its_placement_selects(history: list[tu
             case ("delete", name):
                 apis.pop(name, None)
                 projection.remove_object(("API", "shop", name))
-            case ("label", cluster, region):
-                clusters[cluster] = {"region": region}
-                projection.upsert_cluster(cluster, clusters[cluster])
-            case ("drop-cluster", cluster):
-                clusters.pop(cluster, None)
-                projection.remove_cluster(cluster)
+            case _:
+                change_cluster(projection, clusters, step)
     for cluster in CLUSTERS:
         assert set(cache.resources(cluster, API_TYPE)) == expected(apis, clusters, cluster)
-
-    rebuilt = ResourceCache()
-    FleetProjection(rebuilt).reset(list(apis.values()), [stored("Cluster", c, labels=lb) for c, lb in clusters.items()])
-    for cluster in clusters:
-        assert cache.resources(cluster, API_TYPE) == rebuilt.resources(cluster, API_TYPE)
+    assert_as_rebuilt(cache, apis.values(), clusters, [API_TYPE])
 
 
 def test_an_object_is_packed_once_and_shared_by_every_cluster() -> None:
@@ -313,8 +333,7 @@ follower_steps = st.lists(
         ),
         st.tuples(st.just("unsubscribe"), st.sampled_from(["s1", "s2"])),
         st.tuples(st.just("application"), st.booleans()),
-        st.tuples(st.just("label"), st.sampled_from(CLUSTERS), st.sampled_from(REGIONS)),
-        st.tuples(st.just("drop-cluster"), st.sampled_from(CLUSTERS)),
+        cluster_steps,
     ),
     max_size=25,
 )
@@ -351,22 +370,12 @@ def test_followers_after_any_history_are_where_a_fresh_projection_puts_them(hist
             case ("application", False):
                 objects.pop(("Application", "mobile"), None)
                 projection.remove_object(("Application", "shop", "mobile"))
-            case ("label", cluster, region):
-                clusters[cluster] = {"region": region}
-                projection.upsert_cluster(cluster, clusters[cluster])
-            case ("drop-cluster", cluster):
-                clusters.pop(cluster, None)
-                projection.remove_cluster(cluster)
+            case _:
+                change_cluster(projection, clusters, step)
 
     apis = {name: obj for (kind, name), obj in objects.items() if kind == "API"}
     for (kind, name), obj in objects.items():
         if kind == "Subscription":
             wanted = {c for c in CLUSTERS if resource_name("shop", obj.spec["api"]) in expected(apis, clusters, c)}
             assert holders(cache, SUBSCRIPTION_TYPE, name) == wanted
-    rebuilt = ResourceCache()
-    FleetProjection(rebuilt).reset(
-        list(objects.values()), [stored("Cluster", c, labels=lb) for c, lb in clusters.items()]
-    )
-    for cluster in clusters:
-        for type_url in (SUBSCRIPTION_TYPE, APPLICATION_TYPE, KEY_TYPE, POLICY_TYPE):
-            assert cache.resources(cluster, type_url) == rebuilt.resources(cluster, type_url)
+    assert_as_rebuilt(cache, objects.values(), clusters, [SUBSCRIPTION_TYPE, APPLICATION_TYPE, KEY_TYPE, POLICY_TYPE])
