@@ -12,16 +12,13 @@ Prints one JSON object with rps and latency per configuration and the ratio of e
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +27,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 import httpx
 
+from bench.common import nginx
 from tests.harness.envoy import run_envoy
 from tests.harness.gateway import Gateway, status
 from tests.harness.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
-from tests.harness.process import free_port, port_open, require_binary, running
+from tests.harness.process import free_port, require_binary
 from tests.harness.redis import start_redis
 
 PROJECT = "default"
@@ -45,25 +43,6 @@ CONFIGURATIONS = {
     "enforcer": ("/opaque/x", "opaque"),
 }
 FLOOR = "bare"
-
-
-@contextlib.contextmanager
-def nginx(work: Path) -> Iterator[int]:
-    """nginx answering 200 from memory on a free port, one worker."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    port = free_port()
-    (work / "nginx").mkdir()
-    conf = work / "nginx" / "nginx.conf"
-    conf.write_text(
-        f"worker_processes 1; daemon off; pid {work}/nginx/nginx.pid; error_log stderr warn;\n"
-        "events { worker_connections 1024; }\n"
-        f"http {{ access_log off; client_body_temp_path {work}/nginx; proxy_temp_path {work}/nginx;\n"
-        f"  server {{ listen 127.0.0.1:{port}; keepalive_requests 100000;\n"
-        '    location / { return 200 "ok"; } } }\n'
-    )
-    with running([binary, "-c", str(conf), "-p", str(work / "nginx")], work / "nginx.log") as process:
-        process.wait_ready(lambda: port_open(port), 15.0, "nginx")
-        yield port
 
 
 def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
