@@ -60,17 +60,30 @@ def delivery_entries(
     return entries
 
 
+Behind = tuple[int, datetime] | None
+"""Of one cluster: the lowest revision and the oldest change time among the objects it has not applied."""
+
+
+def behind(unapplied: Iterable[ObjectKey], objects: Mapping[ObjectKey, DeliveredObject]) -> Behind:
+    changes = [objects[key] for key in unapplied if key in objects]
+    if not changes:
+        return None
+    return min(change.revision for change in changes), min(change.changed_at for change in changes)
+
+
+def lag_of(since: Behind, revision: int, now: datetime) -> tuple[int, float]:
+    """How far one cluster is behind: the store revisions since the last one it holds everything up to,
+    and the age of its oldest unapplied change; (0, 0.0) when in sync."""
+    if since is None:
+        return 0, 0.0
+    lowest, oldest = since
+    return revision - (lowest - 1), max(0.0, (now - oldest).total_seconds())
+
+
 def delivery_lag(
     unapplied: Iterable[ObjectKey], objects: Mapping[ObjectKey, DeliveredObject], revision: int, now: datetime
 ) -> tuple[int, float]:
-    """How far one cluster is behind, given the objects it has not applied: the store revisions since the
-    last one it holds everything up to, and the age of its oldest unapplied change; (0, 0.0) when in sync."""
-    changes = [objects[key] for key in unapplied if key in objects]
-    if not changes:
-        return 0, 0.0
-    synced = min(change.revision for change in changes) - 1
-    oldest = min(change.changed_at for change in changes)
-    return revision - synced, max(0.0, (now - oldest).total_seconds())
+    return lag_of(behind(unapplied, objects), revision, now)
 
 
 class StatusRollup:
@@ -90,6 +103,11 @@ class StatusRollup:
         self.wake = asyncio.Event()
         self._since: datetime | None = None
         self._stale: dict[str, set[ObjectKey]] = {}
+        self._behind: dict[str, Behind] = {}
+        """Per cluster, kept for the clusters a pass touched only: a pass costs what changed, not the fleet."""
+        self._touched: set[str] = set()
+        self._stale_at: dict[ObjectKey, set[str]] = {}
+        """The other way round: the clusters behind on each object."""
         self._errors: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
         """cluster -> object -> (since when, why) it fails there, for the objects failing there now."""
         self._published_counts: dict[str, dict[str, object]] = {}
@@ -116,14 +134,14 @@ class StatusRollup:
         keys = sorted(dirty)
         for start in range(0, len(keys), _BATCH):
             await self._roll(keys[start : start + _BATCH])
-        await self._publish_cluster_counts()
+        touched, self._touched = self._touched, set()
+        for cluster in touched | (self.projection.clusters.keys() - self._behind.keys()):
+            self._behind[cluster] = behind(self._stale.get(cluster, ()), self.projection.objects)
+        for cluster in self._behind.keys() - self.projection.clusters.keys():
+            del self._behind[cluster]
+        await self._publish_cluster_counts(touched)
         revision, now = await self.store.current_revision(), datetime.now(UTC)
-        self._publish_lag(
-            {
-                cluster: delivery_lag(self._stale.get(cluster, ()), self.projection.objects, revision, now)
-                for cluster in self.projection.clusters
-            }
-        )
+        self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
 
     async def _roll(self, keys: list[ObjectKey]) -> None:
         reported: dict[ObjectKey, dict[str, Delivery]] = {}
@@ -133,9 +151,9 @@ class StatusRollup:
         for key in keys:
             obj = self.projection.objects.get(key)
             placed = self.projection.placed.get(key, frozenset())
-            for cluster, stale in self._stale.items():
-                if cluster not in placed:
-                    stale.discard(key)
+            for cluster in self._stale_at.get(key, set()) - placed:
+                self._mark(cluster, key, stale=False)
+                self._errors.get(cluster, {}).pop(key, None)
             if obj is None:
                 await self.store.forget_deliveries(*key)
                 continue
@@ -147,12 +165,8 @@ class StatusRollup:
                 placed, obj.resource.version, reported.get(key, {}), stored.status.get("clusters", []), now
             )
             for entry in entries:
-                stale = self._stale.setdefault(entry["cluster"], set())
+                self._mark(entry["cluster"], key, stale=entry["state"] != DeliveryState.APPLIED.value)
                 errors = self._errors.setdefault(entry["cluster"], {})
-                if entry["state"] == DeliveryState.APPLIED.value:
-                    stale.discard(key)
-                else:
-                    stale.add(key)
                 if entry["state"] == DeliveryState.FAILED.value:
                     what = f"{key[0]} {'/'.join(filter(None, key[1:]))}: {entry.get('message', '')}"
                     errors[key] = (entry["lastTransitionTime"], what)
@@ -162,16 +176,33 @@ class StatusRollup:
                 with contextlib.suppress(NotFound):  # deleted meanwhile: its deliveries go with it
                     await self.store.merge_status(*key, {"clusters": entries})
 
-    async def _publish_cluster_counts(self) -> None:
+    def _mark(self, cluster: str, key: ObjectKey, stale: bool) -> None:
+        """Record whether `cluster` is behind on `key`; a cluster whose set changes is looked at again."""
+        members = self._stale.setdefault(cluster, set())
+        if (key in members) == stale:
+            return
+        holders = self._stale_at.setdefault(key, set())
+        if stale:
+            members.add(key)
+            holders.add(cluster)
+        else:
+            members.discard(key)
+            holders.discard(cluster)
+            if not holders:
+                del self._stale_at[key]
+        self._touched.add(cluster)
+
+    async def _publish_cluster_counts(self, touched: set[str]) -> None:
         """Each cluster's objects out of date, since when it is behind and its newest failure: fields that
         change only when the set does, so a status write is rare even while a cluster stays behind."""
         for cluster in self.projection.clusters:
-            stale = self._stale.get(cluster, set())
-            changes = [self.projection.objects[key] for key in stale if key in self.projection.objects]
+            if cluster in self._published_counts and cluster not in touched:
+                continue
+            since = self._behind.get(cluster)
             errors = self._errors.get(cluster, {})
             summary = {
-                "outOfDate": len(stale),
-                "behindSince": min(c.changed_at for c in changes).isoformat() if changes else None,
+                "outOfDate": len(self._stale.get(cluster, ())),
+                "behindSince": since[1].isoformat() if since else None,
                 "lastError": max(errors.values())[1] if errors else None,
             }
             if self._published_counts.get(cluster) != summary:
