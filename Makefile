@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# xds-protos ships an older copy of the OpenTelemetry protos under the same module names; whichever
+	@# package installs last wins, so the OTLP exporter's own copy is put back on top.
+	$(BIN)/pip install --quiet --force-reinstall --no-deps "opentelemetry-proto==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	touch $(STAMP)
 
 demo: $(STAMP)
