@@ -161,10 +161,18 @@ def test_an_api_backend_naming_a_service_goes_to_its_cluster_ip(tmp_path: Path, 
             rest.put(f"/v1/projects/default/apis/{name}", json=body).raise_for_status()
 
         def served() -> dict[str, dict[str, Any]] | None:
+            """Both APIs reached the gateways (they may arrive in separate updates)."""
             config = gateway_config(agent)
-            return config if f"api.default.{present}.0" in config["ClusterLoadAssignment"] else None
+            names = [
+                r["name"]
+                for t in config["RouteConfiguration"].values()
+                for h in t["virtual_hosts"]
+                for r in h["routes"]
+            ]
+            both = any(name.startswith(f"default/{absent} ") for name in names)
+            return config if both and f"api.default.{present}.0" in config["ClusterLoadAssignment"] else None
 
-        config = wait_until(served, "the API's cluster at the service's address")
+        config = wait_until(served, "both APIs, one at the service's address")
         cluster = config["Cluster"][f"api.default.{present}.0"]
         assert cluster["type"] == "EDS"
         [endpoint] = config["ClusterLoadAssignment"][f"api.default.{present}.0"]["endpoints"][0]["lb_endpoints"]
