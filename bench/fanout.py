@@ -56,7 +56,7 @@ from bench.common import (
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from meshplane.xds.client import DeltaClient, DeltaUpdate
+from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient, DeltaUpdate
 from tests.harness.meshplane import run_server
 
 API_TYPE = REGISTRY.get("API").type_url
@@ -116,7 +116,9 @@ class Tally:
 
 def channel(address: str) -> grpc.aio.Channel:
     """A channel with its own connection (not the process-wide subchannel pool)."""
-    return grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+    return grpc.aio.insecure_channel(
+        address, options=[("grpc.use_local_subchannel_pool", 1), *RECONNECT_CHANNEL_OPTIONS]
+    )
 
 
 class StatusReports:

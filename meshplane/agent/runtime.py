@@ -52,7 +52,7 @@ from meshplane.observability.metrics import AGENT_UPDATES
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resources_pb2
 from meshplane.security.tls import INSECURE_WARNING, agent_channel_credentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
-from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
+from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient, DeltaUpdate, UpdateRejected
 from meshplane.xds.resource import pack
 from meshplane.xds.server import XdsServer, add_to_server
 
@@ -129,6 +129,7 @@ class Agent:
             ("grpc.http2.ping_timeout_ms", 10_000),
             ("grpc.enable_retries", 1),
             ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
+            *RECONNECT_CHANNEL_OPTIONS,
             *agent_channel_options(self.settings),
         ]
         interceptors = [TraceUnaryCalls()]

@@ -15,7 +15,7 @@ from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.enforcer.state import EnforcerState
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import serving_metrics
-from meshplane.xds.client import DeltaClient
+from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient
 
 log = get_logger("meshplane.enforcer")
 
@@ -38,7 +38,7 @@ async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
     client = DeltaClient(
         # A new channel per attempt (the client closes the old one): gRPC's own reconnect backoff, up to
         # minutes, must not delay the return to an agent that is back.
-        lambda: grpc.aio.insecure_channel(settings.xds_address),
+        lambda: grpc.aio.insecure_channel(settings.xds_address, options=RECONNECT_CHANNEL_OPTIONS),
         node,
         ENFORCER_TYPES,
         initial_versions=state.versions,

@@ -18,7 +18,7 @@ from meshplane.ratelimiter.redis_counters import RedisCounters
 from meshplane.ratelimiter.service import RateLimitService
 from meshplane.ratelimiter.settings import RateLimiterSettings, redacted
 from meshplane.ratelimiter.table import LimitTable
-from meshplane.xds.client import DeltaClient
+from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient
 
 log = get_logger("meshplane.ratelimiter")
 
@@ -41,7 +41,7 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
     server.add_insecure_port(settings.grpc_address)
     client = DeltaClient(
         # A fresh channel per attempt: no gRPC reconnect backoff stacked on the client's own.
-        lambda: grpc.aio.insecure_channel(settings.xds_address),
+        lambda: grpc.aio.insecure_channel(settings.xds_address, options=RECONNECT_CHANNEL_OPTIONS),
         Node(id=settings.node_id, cluster=RATELIMITER_NODE_CLUSTER),
         [RATELIMIT_CONFIG_TYPE],
         initial_versions=table.versions,

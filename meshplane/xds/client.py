@@ -15,6 +15,14 @@ from google.rpc import code_pb2, status_pb2
 
 log = logging.getLogger(__name__)
 
+RECONNECT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
+)
+"""For a channel a DeltaClient streams over: gRPC's own connection backoff grows to two minutes by default,
+so after a long outage a client would stay away that long from a server that is back; this keeps the
+channel's retries in step with the stream's (at most 5 s apart)."""
+
 
 class UpdateRejected(Exception):
     """Raised by ``on_update`` to NACK an update; the message goes back to the server."""
