@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check meshplane tests bench
 
 # Every benchmark in full mode, each printing one JSON object (takes a while; `--quick` by hand for a smoke run).
-BENCHES := dataplane propagation writes fanout kill_rounds
+BENCHES := dataplane propagation writes fanout catchup kill_rounds
 
 bench: $(STAMP)
 	@status=0; for b in $(BENCHES); do echo "== bench.$$b" >&2; $(BIN)/python -m bench.$$b || status=1; done; exit $$status

@@ -7,6 +7,7 @@ to restart an agent where its Envoys and its gateway port expect it.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -18,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from tests.harness.convergence import assert_converged
+from meshplane.model.wire import integral
+from tests.harness.convergence import assert_converged, store_apis
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
 from tests.harness.process import free_port
 
@@ -103,6 +105,29 @@ class Writers:
     def run(self, writes: Sequence[Write]) -> list[Write]:
         """Send all, wait for all; the writes come back with their statuses."""
         return [future.result() for future in self.submit(writes)]
+
+
+def applied_updates(log: str, type_name: str = "API") -> list[dict[str, Any]]:
+    """The agent's "update applied" log records for one type, in order: one per update it took."""
+    records = []
+    for line in log.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("message") == "update applied" and record.get("type") == type_name:
+            records.append(record)
+    return records
+
+
+def projection_matches_store(server: ServerProcess, cluster: str) -> bool:
+    """The server's projection for `cluster` (`/v1/clusters/{name}/resources`) equals what the store places there."""
+    with server.http() as http:
+        response = http.get(f"/v1/clusters/{cluster}/resources")
+    response.raise_for_status()
+    items = [item for item in response.json()["items"] if item["typeUrl"].endswith(".API")]
+    projected = {item["name"]: integral(item["object"]["spec"]) for item in items}
+    return projected == store_apis(server, cluster)
 
 
 def unexpected(writes: Sequence[Write], server: ServerProcess) -> list[str]:

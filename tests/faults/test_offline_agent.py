@@ -3,17 +3,14 @@ the distinct objects it ends up with, not to the number of changes it missed."""
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-import httpx
 import pytest
 
-from meshplane.model.wire import integral
-from tests.faults import Write, Writers
+from tests.faults import Write, Writers, applied_updates, projection_matches_store
 from tests.harness.convergence import assert_converged, held_bytes, store_apis
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
+from tests.harness.meshplane import run_agent, run_server
 from tests.harness.process import wait_until
 from tests.harness.tcp_proxy import run_tcp_proxy
 
@@ -26,28 +23,6 @@ def offline_change(i: int, rng: random.Random) -> Write:
     """Change number `i`: a delete one time in ten, else a PUT that gives the API a new backend port."""
     name = f"api-{i % NAMES:03d}"
     return Write("DELETE", name) if rng.random() < 0.1 else Write("PUT", name, port=20_000 + i)
-
-
-def applied_updates(log: str, type_name: str = "API") -> list[dict]:
-    """The agent's "update applied" log records for one type, in order."""
-    records = []
-    for line in log.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("message") == "update applied" and record.get("type") == type_name:
-            records.append(record)
-    return records
-
-
-def projection_matches_store(server: ServerProcess) -> bool:
-    """The server's projection for the cluster (`/v1/clusters/{name}/resources`) equals what the store places there."""
-    response = httpx.get(f"{server.url}/v1/clusters/{CLUSTER}/resources", headers=server.headers, timeout=10)
-    response.raise_for_status()
-    items = [item for item in response.json()["items"] if item["typeUrl"].endswith(".API")]
-    projected = {item["name"]: integral(item["object"]["spec"]) for item in items}
-    return projected == store_apis(server, CLUSTER)
 
 
 @pytest.mark.timeout(120)
@@ -67,7 +42,9 @@ def test_offline_cluster_catches_up_in_one_round(tmp_path: Path) -> None:
         assert all(w.acknowledged or (w.op == "DELETE" and w.status == 404) for w in answered), {
             w.status for w in answered
         }
-        wait_until(lambda: projection_matches_store(server), 30, "the server's projection to take every change")
+        wait_until(
+            lambda: projection_matches_store(server, CLUSTER), 30, "the server's projection to take every change"
+        )
 
         # Back online, through a proxy that counts what the server sends.
         with run_tcp_proxy(server.grpc_port) as proxy:
