@@ -44,6 +44,9 @@ from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
 log = get_logger("meshplane.server")
 
 DEFAULT_PROJECT = "default"
+COMPRESS_FROM = 8 * 1024
+"""Sync responses from this size on are gzipped: catch-ups and first syncs shrink several times, while a
+single change (well under it) costs no compression CPU on the fan-out path."""
 
 
 def keepalive_options(interval: float, timeout: float) -> list[tuple[str, int]]:
@@ -162,7 +165,13 @@ async def run_server(
         options=keepalive_options(settings.keepalive_interval, settings.keepalive_timeout),
     )
     add_to_server(
-        XdsServer(cache, node_group=cluster_of_node, callbacks=ClusterPresence(clusters, rollup.wake.set), name="sync"),
+        XdsServer(
+            cache,
+            node_group=cluster_of_node,
+            callbacks=ClusterPresence(clusters, rollup.wake.set),
+            name="sync",
+            compress_from=COMPRESS_FROM,
+        ),
         grpc_server,
     )
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(

@@ -31,6 +31,9 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     so register with ``add_to_server``, not the generated ``add_..._to_server``.
     ``node_group`` maps a stream's node to its group; raising PermissionError refuses the stream.
     ``name`` labels this server's metrics (e.g. "sync", "gateway").
+    ``compress_from``: responses of at least this many bytes go out gzip-compressed (a catch-up or a first
+    sync, over what may be a thin link), smaller ones, the everyday single change, as they are; None: never
+    (Envoy's own gRPC client is not asked to inflate).
     """
 
     def __init__(
@@ -41,8 +44,10 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         type_order: Sequence[str] = (),
         callbacks: StreamCallbacks | None = None,
         name: str = "xds",
+        compress_from: int | None = None,
     ) -> None:
         self._name = name
+        self._compress_from = compress_from
         self._cache = cache
         self._node_group = node_group
         self._order = {type_url: index for index, type_url in enumerate(type_order)}
@@ -86,6 +91,9 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         session = session_type(self._cache, group, node, self._callbacks, self._rank, self._name)
         await self._callbacks.on_stream_open(node, group, delta)
         CONNECTED_STREAMS.labels(self._name).inc()
+        compress_from = self._compress_from
+        if compress_from is not None:
+            context.set_compression(grpc.Compression.Gzip)
         reading: asyncio.Future[Any] | None = None
         waiting: asyncio.Future[int] | None = None
         try:
@@ -94,6 +102,8 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
                     await session.receive(request)
                 generation = self._cache.generation(group)
                 for response in session.respond(generation):
+                    if compress_from is not None and len(response) < compress_from:
+                        context.disable_next_message_compression()
                     yield response
                 if reading is None:
                     reading = asyncio.ensure_future(anext(requests, None))
