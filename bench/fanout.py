@@ -18,18 +18,12 @@ timed to the last receiver the same way. Prints one JSON object.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import functools
 import os
-import queue
 import sys
 import tempfile
 import time
-import traceback
-from collections.abc import AsyncIterator, Hashable
-from dataclasses import dataclass
-from multiprocessing.context import SpawnContext
-from multiprocessing.process import BaseProcess
-from multiprocessing.synchronize import Event as StopEvent
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +36,6 @@ from envoy.service.discovery.v3 import discovery_pb2
 
 from bench.common import (
     PROJECT,
-    api_document,
-    api_path,
     cpu_seconds,
     distribution,
     emit,
@@ -53,19 +45,18 @@ from bench.common import (
     rss_bytes,
     wait_quiet,
 )
+from bench.fleet import STREAMS_PER_CHANNEL, Tally, WorkerPlan, Workers, plans, put_api
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient, DeltaUpdate
+from meshplane.xds.client import DeltaClient, DeltaUpdate
 from tests.harness.meshplane import run_server
 
 API_TYPE = REGISTRY.get("API").type_url
 WATCHED = "fanout"
 WATCHED_NAME = f"{PROJECT}/{WATCHED}"
-BACKEND_PORT = 9
-STREAMS_PER_CHANNEL = 50
-REGISTRATIONS_IN_FLIGHT = 16
-"""Concurrent RegisterCluster calls per worker while it starts."""
+CLUSTERS = "fan"
+"""Clients are clusters fan-0, fan-1, ..."""
 FLOOR_METHOD = "/meshplane.bench.Fanout/Subscribe"
 PAUSE = 0.5
 """Seconds between the floor's changes; meshplane's wait until the server is quiet again (wait_quiet)."""
@@ -74,51 +65,6 @@ IDLE = 2.0
 """Seconds over which the CPU of a quiet server with its agents connected is measured."""
 CHANGE_TIMEOUT = 120.0
 TARGETS = {"ratio_p99_at_1000": 3.0, "bytes_per_agent": 100 * 1024}
-
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    """What one worker process runs: its clients (cluster names), against which server, doing what."""
-
-    index: int
-    address: str
-    clusters: tuple[str, ...]
-    floor: bool
-    expected: int = 0
-    """API names each delta client must hold before its worker says it is ready."""
-    report: bool = False
-    """Delta clients report what they apply (ReportStatus), as agents do."""
-
-
-class Tally:
-    """Receive times per key (a version, or a change number) over one worker's clients; once all of them
-    have a key, reports the last time to the parent."""
-
-    def __init__(self, plan: WorkerPlan, reports: multiprocessing.Queue[tuple[Any, ...]]) -> None:
-        self._plan = plan
-        self._reports = reports
-        self._times: dict[Hashable, list[float]] = {}
-        self._ready: set[str] = set()
-
-    def got(self, key: Hashable, at: float, size: int) -> None:
-        times = self._times.setdefault(key, [])
-        times.append(at)
-        if len(times) == len(self._plan.clusters):
-            self._reports.put(("got", self._plan.index, key, max(times), size))
-            del self._times[key]
-
-    def ready(self, cluster: str) -> None:
-        if cluster not in self._ready:
-            self._ready.add(cluster)
-            if len(self._ready) == len(self._plan.clusters):
-                self._reports.put(("ready", self._plan.index))
-
-
-def channel(address: str) -> grpc.aio.Channel:
-    """A channel with its own connection (not the process-wide subchannel pool)."""
-    return grpc.aio.insecure_channel(
-        address, options=[("grpc.use_local_subchannel_pool", 1), *RECONNECT_CHANNEL_OPTIONS]
-    )
 
 
 class StatusReports:
@@ -156,9 +102,9 @@ class StatusReports:
                 await self._stub.ReportStatus(request, timeout=60)
 
 
-async def sync_client(cluster: str, shared: grpc.aio.Channel, plan: WorkerPlan, tally: Tally) -> None:
-    """Hold one delta ADS stream as `cluster` like an agent (reporting what it applies if the plan says so);
-    time the watched API."""
+async def sync_client(cluster: str, shared: grpc.aio.Channel, plan: WorkerPlan, tally: Tally, *, report: bool) -> None:
+    """Hold one delta ADS stream as `cluster` like an agent (reporting what it applies with `report`); time
+    the watched API."""
     held: set[str] = set()
     last_version = ""
     reports = StatusReports(cluster, shared)
@@ -166,7 +112,7 @@ async def sync_client(cluster: str, shared: grpc.aio.Channel, plan: WorkerPlan, 
     async def on_update(update: DeltaUpdate) -> None:
         nonlocal last_version
         at = time.time()
-        if plan.report:
+        if report:
             reports.applied(update)
         if update.type_url != API_TYPE:
             return
@@ -192,129 +138,10 @@ async def sync_client(cluster: str, shared: grpc.aio.Channel, plan: WorkerPlan, 
     await asyncio.gather(client.run(), reports.run())
 
 
-async def register(cluster: str, shared: grpc.aio.Channel, gate: asyncio.Semaphore) -> None:
-    async with gate:
-        stub = control_plane_pb2_grpc.ControlPlaneStub(shared)
-        await stub.RegisterCluster(control_plane_pb2.RegisterClusterRequest(cluster=cluster), timeout=60)
-
-
-async def subscriber(shared: grpc.aio.Channel, tally: Tally) -> None:
+async def subscriber(cluster: str, shared: grpc.aio.Channel, plan: WorkerPlan, tally: Tally) -> None:
     """One floor receiver: a unary-stream call, bytes out, each message starting with its change number."""
     async for message in shared.unary_stream(FLOOR_METHOD)(b""):
         tally.got(int.from_bytes(message[:4], "big"), time.time(), len(message))
-
-
-async def run_worker(plan: WorkerPlan, reports: multiprocessing.Queue[tuple[Any, ...]], stop: StopEvent) -> None:
-    tally = Tally(plan, reports)
-    channels = [channel(plan.address) for _ in range(0, len(plan.clusters), STREAMS_PER_CHANNEL)]
-    shared = [channels[i // STREAMS_PER_CHANNEL] for i in range(len(plan.clusters))]
-    if plan.floor:
-        tasks = [asyncio.create_task(subscriber(shared[i], tally)) for i in range(len(plan.clusters))]
-    else:
-        gate = asyncio.Semaphore(REGISTRATIONS_IN_FLIGHT)
-        await asyncio.gather(*(register(cluster, shared[i], gate) for i, cluster in enumerate(plan.clusters)))
-        tasks = [
-            asyncio.create_task(sync_client(cluster, shared[i], plan, tally)) for i, cluster in enumerate(plan.clusters)
-        ]
-    try:
-        stopped = asyncio.create_task(asyncio.to_thread(stop.wait))
-        done, _ = await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopped:
-                task.result()  # a client that ended on its own is a failure: raise what it raised
-                raise RuntimeError("a client stopped by itself")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(c.close() for c in channels))
-
-
-def worker_main(plan: WorkerPlan, reports: multiprocessing.Queue[tuple[Any, ...]], stop: StopEvent) -> None:
-    """Entry point of a worker process: run its clients until `stop` is set; report any failure."""
-    raise_fd_limit()
-    try:
-        asyncio.run(run_worker(plan, reports, stop))
-    except BaseException:
-        reports.put(("error", plan.index, traceback.format_exc()))
-        raise
-
-
-class Workers:
-    """The worker processes of one measurement, their reports on one queue; all stopped on exit."""
-
-    def __init__(self, plans: list[WorkerPlan]) -> None:
-        context: SpawnContext = multiprocessing.get_context("spawn")
-        self.reports: multiprocessing.Queue[tuple[Any, ...]] = context.Queue()
-        self._stop = context.Event()
-        self._processes: list[BaseProcess] = [
-            context.Process(target=worker_main, args=(plan, self.reports, self._stop), daemon=True) for plan in plans
-        ]
-        self._seen: set[Hashable] = set()
-        self._pending: dict[Hashable, dict[int, float]] = {}
-        self.size = 0
-
-    def __enter__(self) -> Workers:
-        for process in self._processes:
-            process.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for process in self._processes:
-            process.join(timeout=15)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=5)
-
-    def _next(self, deadline: float) -> tuple[Any, ...]:
-        try:
-            report = self.reports.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise TimeoutError("the workers did not report in time") from None
-        if report[0] == "error":
-            raise RuntimeError(f"worker {report[1]} failed:\n{report[2]}")
-        if report[0] == "got":
-            _, worker, key, at, size = report
-            if key not in self._seen:
-                self._pending.setdefault(key, {})[worker] = at
-                self.size = max(self.size, size)
-        return report
-
-    def wait_ready(self, timeout: float) -> None:
-        """Until every worker says all its clients hold what they should; what they hold now is not news."""
-        deadline = time.monotonic() + timeout
-        ready = 0
-        while ready < len(self._processes):
-            ready += self._next(deadline)[0] == "ready"
-        self._seen.update(self._pending)
-        self._pending.clear()
-
-    def wait_last(self, timeout: float) -> float:
-        """When the last client received the next new key (a time.time())."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for key, times in self._pending.items():
-                if len(times) == len(self._processes):
-                    self._seen.add(key)
-                    del self._pending[key]
-                    return max(times.values())
-            self._next(deadline)
-
-
-def plans(
-    address: str, agents: int, workers: int, *, floor: bool, expected: int = 0, report: bool = False
-) -> list[WorkerPlan]:
-    clusters = [f"fan-{i}" for i in range(agents)]
-    return [
-        WorkerPlan(w, address, tuple(clusters[w::workers]), floor, expected, report)
-        for w in range(min(workers, agents))
-        if clusters[w::workers]
-    ]
-
-
-def put_api(api: Any, name: str, base_path: str, backend_base_path: str = "/") -> None:
-    api.put(api_path(name), json=api_document(name, base_path, BACKEND_PORT, backend_base_path)).raise_for_status()
 
 
 def through_meshplane(
@@ -328,7 +155,8 @@ def through_meshplane(
         wait_quiet(pid, QUIET_TIMEOUT)
         rss_0 = rss_bytes(pid)
         started = time.monotonic()
-        fleet = plans(server.grpc_address, agents, workers, floor=False, expected=objects + 1, report=report)
+        client = functools.partial(sync_client, report=report)
+        fleet = plans(server.grpc_address, CLUSTERS, agents, workers, client, expected=objects + 1)
         with Workers(fleet) as pool:
             pool.wait_ready(timeout=60 + agents * 0.5)
             initial_sync = time.monotonic() - started
@@ -396,7 +224,8 @@ async def floor(agents: int, workers: int, changes: int, size: int) -> dict[str,
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        with Workers(plans(f"127.0.0.1:{port}", agents, workers, floor=True)) as pool:
+        receivers = plans(f"127.0.0.1:{port}", CLUSTERS, agents, workers, subscriber, register=False)
+        with Workers(receivers) as pool:
             async with asyncio.timeout(60 + agents * 0.1):
                 await broadcaster.wait_for(agents)
             timings, cpu = [], []
