@@ -10,16 +10,20 @@ from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
 from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
 from meshplane.server.projection import FleetProjection, ObjectKey
-from meshplane.store.errors import Compacted, NotFound
+from meshplane.store.errors import Compacted
+from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.sync")
 
+_BATCH = 1000
+"""Events read per pass; a full batch means more are waiting, so the next is read at once."""
 _WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *RENDERED_FROM]
 
 
 class ProjectionFeeder:
-    """Level-triggered: every batch of events names objects to re-read, never trusts event payloads.
+    """Level-triggered: every batch of events names objects to re-read (in the same snapshot as the events),
+    never trusts event payloads.
 
     What it does take from an event is its trace context: the pushes of that change join the write's trace.
     """
@@ -56,34 +60,34 @@ class ProjectionFeeder:
 
     async def _tail(self) -> None:
         while True:
-            events = await self.store.events_since(self.revision)
-            if not events:
-                await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
-                continue
+            events, current = await self.store.changes_since(self.revision, _BATCH)
             changed: dict[ObjectKey, Mapping[str, str] | None] = {}
             oldest: float | None = None
             for event in events:
                 if event.kind in _WATCHED_KINDS and event.op != "status":
                     changed[(event.kind, event.project, event.name)] = event.trace_context
                     oldest = oldest or event.created_at.timestamp()
-            # The pushes of this batch are timed from its oldest change; the feeder is the cache's only writer.
-            with self.projection.cache.stamped(oldest):
-                await self._apply(changed)
-            self._advance(events[-1].revision)
+            if changed:
+                # The pushes of this batch are timed from its oldest change; the feeder is the cache's only writer.
+                with self.projection.cache.stamped(oldest):
+                    self._apply(changed, current)
+            if events:
+                self._advance(events[-1].revision)
+            if len(events) < _BATCH:
+                await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
 
-    async def _apply(self, changes: Mapping[ObjectKey, Mapping[str, str] | None]) -> None:
-        """Re-read every changed object first, then update the projection without yielding, so one
-        batch of events reaches each stream as one push. `changes`: each object's latest trace context."""
-        current = []
-        for kind, project, name in changes:
-            try:
-                current.append(((kind, project, name), await self.store.get(kind, project, name)))
-            except NotFound:
-                current.append(((kind, project, name), None))
-        for (kind, project, name), stored in current:
+    def _apply(
+        self, changes: Mapping[ObjectKey, Mapping[str, str] | None], current: Mapping[ObjectKey, StoredObject]
+    ) -> None:
+        """Update the projection from the objects as the batch's snapshot has them (absent: deleted), without
+        yielding, so one batch of events reaches each stream as one push. `changes`: each object's latest
+        trace context."""
+        for key, trace in changes.items():
+            kind, _, name = key
+            stored = current.get(key)
             if kind == "Cluster" or kind in RENDERED_FROM:
                 if stored is None:
-                    self.manifests.remove((kind, project, name))
+                    self.manifests.remove(key)
                 else:
                     self.manifests.upsert(stored)
             if kind in RENDERED_FROM:
@@ -94,9 +98,9 @@ class ProjectionFeeder:
                 else:
                     self.projection.upsert_cluster(name, stored.labels)
             elif stored is None:
-                self.projection.remove_object((kind, project, name))
+                self.projection.remove_object(key)
             else:
-                self.projection.upsert_object(stored, changes[(kind, project, name)])
+                self.projection.upsert_object(stored, trace)
         self.manifests.flush()
 
     def _advance(self, revision: int) -> None:

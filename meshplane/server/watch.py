@@ -15,8 +15,8 @@ from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_project
 from meshplane.server.objects import to_resource
 from meshplane.server.problems import Problem, problem_responses
-from meshplane.store.errors import Compacted, NotFound
-from meshplane.store.records import Event
+from meshplane.store.errors import Compacted
+from meshplane.store.records import Event, StoredObject
 from meshplane.store.store import Store
 
 _Sent = dict[tuple[str, str, str], dict[str, Any]]
@@ -37,7 +37,7 @@ async def watch_events(
     sent: _Sent = {}
     while True:
         try:
-            events = await store.events_since(last)
+            events, current = await store.changes_since(last)
         except Compacted as exc:
             yield {"type": "ERROR", "code": 410, "message": str(exc), "revision": exc.floor}
             return
@@ -45,13 +45,14 @@ async def watch_events(
             last = event.revision
             if (kind and event.kind != kind) or (project and event.project != project):
                 continue
-            if (change := await _change(store, event, sent)) is not None:
+            if (change := _change(event, current.get((event.kind, event.project, event.name)), sent)) is not None:
                 yield change
         if not events:
             await store.wait_for_revision(last, timeout=poll)
 
 
-async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | None:
+def _change(event: Event, stored: StoredObject | None, sent: _Sent) -> dict[str, Any] | None:
+    """What to send for one event, given its object as the event's snapshot has it (None: deleted since)."""
     info = REGISTRY.get(event.kind)
     if not info.exposed:
         return None
@@ -61,9 +62,7 @@ async def _change(store: Store, event: Event, sent: _Sent) -> dict[str, Any] | N
         last_sent = sent.pop(key, {"apiVersion": API_VERSION, "kind": info.kind, "metadata": metadata})
         obj = {**last_sent, "metadata": {**last_sent["metadata"], "resourceVersion": str(event.revision)}}
     else:
-        try:
-            stored = await store.get(event.kind, event.project, event.name)
-        except NotFound:
+        if stored is None:
             return None
         if key in sent and sent[key]["metadata"]["resourceVersion"] == str(stored.revision):
             return None  # this stream already sent the newest state, under an earlier event of it

@@ -45,6 +45,21 @@ async def load(conn: AsyncConnection, kind: str, project: str, name: str) -> Sto
     return StoredObject(**row._mapping) if row is not None else None
 
 
+_KEYS_PER_STATEMENT = 300
+"""(kind, project, name) triples per IN list: well inside every backend's limit on bound parameters."""
+
+
+async def load_many(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]]) -> list[StoredObject]:
+    """The rows of the given keys that exist, tombstones included, in no particular order."""
+    wanted = list(keys)
+    found: list[StoredObject] = []
+    for start in range(0, len(wanted), _KEYS_PER_STATEMENT):
+        chunk = wanted[start : start + _KEYS_PER_STATEMENT]
+        statement = select(objects).where(tuple_(objects.c.kind, objects.c.project, objects.c.name).in_(chunk))
+        found.extend(StoredObject(**row._mapping) for row in await conn.execute(statement))
+    return found
+
+
 async def save(conn: AsyncConnection, obj: StoredObject, *, row_exists: bool) -> None:
     values = asdict(obj)
     if row_exists:

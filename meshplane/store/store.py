@@ -110,6 +110,8 @@ class Store:
             asyncio.Lock() if engines.dialect == "sqlite" else contextlib.nullcontext()
         )
         self._written = asyncio.Event()
+        self._committed = 0
+        """The newest revision this instance committed."""
         self._listener: Any = None
 
     @property
@@ -395,13 +397,19 @@ class Store:
             return await queries.latest_trace_contexts(conn, kinds, up_to)
 
     @_timed
-    async def events_since(self, revision: int, limit: int = 1000) -> builtins.list[Event]:
-        """Events after `revision`, oldest first; Compacted when some of them are already gone."""
+    async def changes_since(
+        self, revision: int, limit: int = 1000
+    ) -> tuple[builtins.list[Event], dict[tuple[str, str, str], StoredObject]]:
+        """Events after `revision`, oldest first (Compacted when some of them are already gone), and from the
+        same snapshot the live objects they name (a deleted one is absent): a tail's re-reads in one
+        transaction instead of one per object."""
         async with self._reading() as conn:
             _, floor = await queries.read_meta(conn)
             if revision < floor:
                 raise Compacted(revision, floor)
-            return await queries.events_after(conn, revision, limit)
+            events = await queries.events_after(conn, revision, limit)
+            named = await queries.load_many(conn, {(e.kind, e.project, e.name) for e in events})
+        return events, {(o.kind, o.project, o.name): o for o in named if not o.deleted}
 
     @_timed
     async def last_revision_before(self, at: datetime) -> int | None:
@@ -417,13 +425,16 @@ class Store:
     async def wait_for_revision(self, after: int, timeout: float) -> int:  # noqa: ASYNC109 - the API's contract
         """The current revision once it passes `after`, or whatever it is when `timeout` runs out.
 
-        This instance's writes wake the wait at once; polling catches writes made by other processes.
+        This instance's writes wake the wait at once (and need no read to tell); polling catches writes
+        made by other processes.
         """
         await self._listen()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             written = self._written
+            if self._committed > after:
+                return self._committed
             revision = await self.current_revision()
             remaining = deadline - loop.time()
             if revision > after or remaining <= 0:
@@ -455,6 +466,7 @@ class Store:
                     )
                 await conn.commit()
         if write.changed:
+            self._committed = max(self._committed, write.revision)
             self._wake()
 
     @contextlib.asynccontextmanager

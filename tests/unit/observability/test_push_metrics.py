@@ -136,7 +136,7 @@ async def test_the_feeder_stamps_what_it_projects_with_the_commit_time_of_the_ch
         await store.create("API", "shop", "orders", spec={"basePath": "/orders", "backends": [BACKEND]})
         await asyncio.wait_for(cache.wait_for_change("edge-1", seen), 5)
 
-        [event] = await store.events_since(loaded)
+        [event] = (await store.changes_since(loaded))[0]
         assert set(cache.resources("edge-1", API_TYPE)) == {"shop/orders"}
         assert cache.changed_at("edge-1", API_TYPE, seen) == event.created_at.timestamp()
     finally:

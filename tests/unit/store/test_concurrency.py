@@ -21,7 +21,7 @@ async def _tail(store: Store, writers_done: asyncio.Event) -> list[int]:
     seen = [0]
     while True:
         finished = writers_done.is_set()
-        batch = await store.events_since(seen[-1])
+        batch = (await store.changes_since(seen[-1]))[0]
         for event in batch:
             assert event.revision == seen[-1] + 1, f"tailer saw revision {event.revision} right after {seen[-1]}"
             seen.append(event.revision)
@@ -49,7 +49,7 @@ async def test_concurrent_writers_produce_contiguous_revisions(store: Store) -> 
     tailed = await _run([store], store, tasks_per_store=8, writes=25)
 
     assert tailed == list(range(1, total + 1))
-    assert [e.revision for e in await store.events_since(0, limit=10 * total)] == tailed
+    assert [e.revision for e in (await store.changes_since(0, limit=10 * total))[0]] == tailed
     assert await store.current_revision() == total
 
 

@@ -22,10 +22,10 @@ async def _write_a_bit_of_everything(store: Store) -> None:
     await store.delete("Api", "shop", "orders", trace_context={"traceparent": "00-123-456-01"})
 
 
-async def test_events_since_returns_every_write_in_order(store: Store) -> None:
+async def test_changes_since_returns_every_write_in_order(store: Store) -> None:
     await _write_a_bit_of_everything(store)
 
-    events = await store.events_since(0)
+    events = (await store.changes_since(0))[0]
 
     assert [replace(event, created_at=WRITTEN) for event in events] == [
         Event(1, "create", "Api", "shop", "orders", {"traceparent": "00-abc-def-01"}, WRITTEN),
@@ -36,12 +36,12 @@ async def test_events_since_returns_every_write_in_order(store: Store) -> None:
     ]
     written = [event.created_at for event in events]
     assert written == sorted(written) and all(at.tzinfo is not None for at in written)
-    assert await store.events_since(3) == events[3:]
-    assert await store.events_since(1, limit=2) == events[1:3]
-    assert await store.events_since(5) == []
+    assert (await store.changes_since(3))[0] == events[3:]
+    assert (await store.changes_since(1, limit=2))[0] == events[1:3]
+    assert (await store.changes_since(5))[0] == []
 
 
-async def test_snapshot_then_events_since_its_revision_covers_everything(store: Store) -> None:
+async def test_snapshot_then_changes_since_its_revision_covers_everything(store: Store) -> None:
     await store.create("Api", "shop", "orders", spec={"v": 1})
     await store.create("Api", "shop", "carts", spec={"v": 1})
     await store.create("Gateway", "shop", "gw", spec={})
@@ -53,7 +53,7 @@ async def test_snapshot_then_events_since_its_revision_covers_everything(store: 
 
     assert revision == 4
     assert [(obj.kind, obj.name) for obj in objects] == [("Api", "carts"), ("Api", "orders"), ("Gateway", "gw")]
-    assert [(e.revision, e.op, e.name) for e in await store.events_since(revision)] == [
+    assert [(e.revision, e.op, e.name) for e in (await store.changes_since(revision))[0]] == [
         (5, "delete", "carts"),
         (6, "create", "gw2"),
     ]
@@ -71,12 +71,12 @@ async def test_compact_drops_old_events_and_tombstones(store: Store) -> None:
 
     assert removed == 3  # events 1..3; the tombstone is at revision 5, so it stays
     with pytest.raises(Compacted) as refused:
-        await store.events_since(2)
+        (await store.changes_since(2))[0]
     assert refused.value.floor == 3
-    assert [e.revision for e in await store.events_since(3)] == [4, 5]
+    assert [e.revision for e in (await store.changes_since(3))[0]] == [4, 5]
 
     assert await store.compact(keep_after=5) == 3  # events 4 and 5, and the tombstone
-    assert await store.events_since(5) == []
+    assert (await store.changes_since(5))[0] == []
     assert await store.create("Api", "shop", "orders", spec={}) is not None
 
 
@@ -86,12 +86,12 @@ async def test_compact_never_moves_the_floor_back_or_past_the_present(store: Sto
 
     assert await store.compact(keep_after=2) == 0
     with pytest.raises(Compacted):
-        await store.events_since(3)
+        (await store.changes_since(3))[0]
 
     await store.compact(keep_after=1000)
-    assert await store.events_since(5) == []
+    assert (await store.changes_since(5))[0] == []
     with pytest.raises(Compacted) as refused:
-        await store.events_since(4)
+        (await store.changes_since(4))[0]
     assert refused.value.floor == 5
 
 

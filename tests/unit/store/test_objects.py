@@ -55,7 +55,7 @@ async def test_put_creates_then_replaces(store: Store) -> None:
     assert replaced.created_at == created.created_at
     assert replaced.updated_at >= created.updated_at
     assert await store.get("Api", "shop", "orders") == replaced
-    assert [e.op for e in await store.events_since(0)] == ["create", "update"]
+    assert [e.op for e in (await store.changes_since(0))[0]] == ["create", "update"]
 
 
 async def test_put_with_unchanged_content_is_a_no_op(store: Store) -> None:
@@ -66,7 +66,7 @@ async def test_put_with_unchanged_content_is_a_no_op(store: Store) -> None:
     assert not created
     assert again == first
     assert await store.current_revision() == first.revision
-    assert len(await store.events_since(0)) == 1
+    assert len((await store.changes_since(0))[0]) == 1
 
 
 async def test_generation_counts_spec_changes_only(store: Store) -> None:
@@ -90,7 +90,7 @@ async def test_stale_expected_revision_is_a_conflict_and_changes_nothing(store: 
 
     assert await store.get("Api", "shop", "orders") == second
     assert await store.current_revision() == second.revision
-    assert len(await store.events_since(0)) == 2
+    assert len((await store.changes_since(0))[0]) == 2
 
 
 async def test_put_expecting_a_revision_of_a_missing_object_is_not_found(store: Store) -> None:
@@ -112,7 +112,7 @@ async def test_delete_tombstones_and_hides_the_object(store: Store) -> None:
         await store.delete("Api", "shop", "orders")
     with pytest.raises(NotFound):
         await store.set_status("Api", "shop", "orders", {})
-    assert [e.op for e in await store.events_since(0)] == ["create", "delete"]
+    assert [e.op for e in (await store.changes_since(0))[0]] == ["create", "delete"]
 
 
 async def test_recreating_a_deleted_object_makes_a_new_one(store: Store) -> None:
@@ -142,7 +142,7 @@ async def test_set_status_replaces_status_under_its_own_op(store: Store) -> None
     assert second.spec == created.spec
     assert unchanged == second
     assert (first.revision, second.revision) == (2, 3)
-    assert [e.op for e in await store.events_since(0)] == ["create", "status", "status"]
+    assert [e.op for e in (await store.changes_since(0))[0]] == ["create", "status", "status"]
 
 
 async def test_stored_values_are_copies(store: Store) -> None:
