@@ -4,12 +4,11 @@ Each round writes a burst concurrently, kills the server once a third of the wri
 answered, restarts it on the same ports with the same store, checks that every acknowledged write is
 there and waits until the agent holds exactly the store's projection. Prints one JSON object.
 
-    .venv/bin/python -m bench.kill_rounds --rounds 100 [--burst 20] [--postgres]
+    .venv/bin/python -m bench.kill_rounds --rounds 100 [--burst 20] [--postgres] [--quick]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -23,6 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import parser as common_parser
 from bench.common import percentile
 from tests.faults import kill_rounds
 from tests.harness.postgres import start_postgres
@@ -40,12 +40,14 @@ def database(postgres: bool, work: Path) -> Iterator[str | None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = common_parser(__doc__, "3 rounds of 10 writes: proves the benchmark runs")
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--burst", type=int, default=20, help="concurrent writes per round")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--postgres", action="store_true", help="a private PostgreSQL instead of SQLite")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.burst = 3, 10
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kill-rounds-") as work, database(args.postgres, Path(work)) as url:

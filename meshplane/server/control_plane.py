@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -30,10 +30,18 @@ def now() -> str:
 
 
 class ClusterRegistry:
-    """Cluster objects as agents see them: created on first contact, presence kept in status."""
+    """Cluster objects as agents see them: created on first contact, presence kept in status.
 
-    def __init__(self, store: Store):
+    Status fields are written behind: queued per cluster (the newest value of a field wins) and written
+    for every cluster waiting in one transaction, so a thousand agents reconnecting at once cost a few
+    writes, not a thousand, and no stream waits for the store before its first response.
+    """
+
+    def __init__(self, store: Store, retry_delay: float = 1.0):
         self.store = store
+        self.retry_delay = retry_delay
+        self._pending: dict[str, dict[str, object]] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     async def register(self, cluster: str, agent_version: str, labels: dict[str, str]) -> int:
         """Create the cluster with the agent's labels if it is new; labels of a known cluster are the
@@ -43,12 +51,30 @@ class ClusterRegistry:
             log.info("cluster registered", cluster=cluster, agent_version=agent_version)
         except AlreadyExists:
             pass
-        await self.update_status(cluster, agentVersion=agent_version, lastSeen=now())
+        self.update_status(cluster, agentVersion=agent_version, lastSeen=now())
         return await self.store.current_revision()
 
-    async def update_status(self, cluster: str, **fields: object) -> None:
-        with contextlib.suppress(NotFound):
-            await self.store.merge_status("Cluster", "", cluster, fields)
+    def update_status(self, cluster: str, **fields: object) -> None:
+        """Queue status fields of a cluster (one that does not exist is skipped when written)."""
+        self._pending.setdefault(cluster, {}).update(fields)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending(), name="cluster-status")
+
+    async def flush(self) -> None:
+        """Until every status queued so far is written (or found impossible to write, and logged)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                await self.store.merge_statuses("Cluster", "", batch)
+            except Exception:
+                log.exception("cluster status write failed; retrying", clusters=len(batch))
+                for cluster, fields in batch.items():  # fields queued meanwhile are newer and win
+                    self._pending[cluster] = {**fields, **self._pending.get(cluster, {})}
+                await asyncio.sleep(self.retry_delay)
 
 
 _STATES = {
@@ -101,7 +127,7 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         applied = await self.store.record_deliveries(deliveries, request.idempotency_key or None)
         if applied:
             self.reported()
-        await self.clusters.update_status(request.cluster, lastSeen=at.isoformat())
+        self.clusters.update_status(request.cluster, lastSeen=at.isoformat())
         return control_plane_pb2.ReportResponse(duplicate=not applied)
 
     async def ReportObjects(

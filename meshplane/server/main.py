@@ -98,14 +98,14 @@ class ClusterPresence(NoCallbacks):
     async def on_stream_open(self, node: base_pb2.Node, group: str, delta: bool) -> None:
         self.streams[group] = self.streams.get(group, 0) + 1
         CONNECTED_AGENTS.set(len(self.streams))
-        await self.clusters.update_status(group, connected=True, lastSeen=now())
+        self.clusters.update_status(group, connected=True, lastSeen=now())
 
     async def on_stream_close(self, node: base_pb2.Node, group: str) -> None:
         self.streams[group] = self.streams.get(group, 1) - 1
         if self.streams[group] <= 0:
             self.streams.pop(group, None)
             CONNECTED_AGENTS.set(len(self.streams))
-            await self.clusters.update_status(group, connected=False, lastSeen=now())
+            self.clusters.update_status(group, connected=False, lastSeen=now())
 
 
 async def ensure_default_project(store: Store) -> None:
@@ -227,4 +227,6 @@ async def run_server(
                 await task
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(http_task, timeout=5)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(clusters.flush(), timeout=5)  # agents' disconnects, as the streams closed
         await store.close()

@@ -148,6 +148,7 @@ class StatusRollup:
         for delivery in await self.store.deliveries_of(keys):
             reported.setdefault((delivery.kind, delivery.project, delivery.name), {})[delivery.cluster] = delivery
         now = datetime.now(UTC).isoformat()
+        stored_objects = await self.store.get_many(key for key in keys if key in self.projection.objects)
         for key in keys:
             obj = self.projection.objects.get(key)
             placed = self.projection.placed.get(key, frozenset())
@@ -157,9 +158,8 @@ class StatusRollup:
             if obj is None:
                 await self.store.forget_deliveries(*key)
                 continue
-            try:
-                stored = await self.store.get(*key)
-            except NotFound:
+            stored = stored_objects.get(key)
+            if stored is None:
                 continue
             entries = delivery_entries(
                 placed, obj.resource.version, reported.get(key, {}), stored.status.get("clusters", []), now
@@ -206,7 +206,7 @@ class StatusRollup:
                 "lastError": max(errors.values())[1] if errors else None,
             }
             if self._published_counts.get(cluster) != summary:
-                await self.clusters.update_status(cluster, **summary)
+                self.clusters.update_status(cluster, **summary)
                 self._published_counts[cluster] = summary
 
     def _publish_lag(self, lags: Mapping[str, tuple[int, float]]) -> None:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
@@ -22,9 +22,10 @@ def _key(kind: str, project: str, name: str) -> Any:
     return and_(objects.c.kind == kind, objects.c.project == project, objects.c.name == name)
 
 
-async def next_revision(conn: AsyncConnection) -> int:
-    """Allocate a revision; on PostgreSQL this takes the `meta` row lock that serializes writers until commit."""
-    statement = update(meta).where(meta.c.id == 1).values(revision=meta.c.revision + 1).returning(meta.c.revision)
+async def next_revision(conn: AsyncConnection, count: int = 1) -> int:
+    """Allocate `count` revisions, the last of which is returned; on PostgreSQL this takes the `meta` row lock
+    that serializes writers until commit."""
+    statement = update(meta).where(meta.c.id == 1).values(revision=meta.c.revision + count).returning(meta.c.revision)
     return (await conn.execute(statement)).scalar_one()
 
 
@@ -61,27 +62,42 @@ async def load_many(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]])
 
 
 async def save(conn: AsyncConnection, obj: StoredObject, *, row_exists: bool) -> None:
-    values = asdict(obj)
     if row_exists:
-        await conn.execute(update(objects).where(_key(obj.kind, obj.project, obj.name)).values(**values))
+        await rewrite(conn, [obj])
     else:
-        await conn.execute(insert(objects).values(**values))
+        await conn.execute(insert(objects).values(**asdict(obj)))
 
 
-async def append_event(
-    conn: AsyncConnection, obj: StoredObject, op: str, trace_context: dict[str, Any] | None, at: datetime
-) -> None:
-    await conn.execute(
-        insert(events).values(
-            revision=obj.revision,
-            op=op,
-            kind=obj.kind,
-            project=obj.project,
-            name=obj.name,
-            trace_context=trace_context,
-            created_at=at,
-        )
+async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> None:
+    """Existing rows, each replaced whole by its new state: one statement, executed once per row."""
+    statement = update(objects).where(
+        objects.c.kind == bindparam("key_kind"),
+        objects.c.project == bindparam("key_project"),
+        objects.c.name == bindparam("key_name"),
     )
+    rows = [{**asdict(o), "key_kind": o.kind, "key_project": o.project, "key_name": o.name} for o in changed]
+    if rows:
+        await conn.execute(statement, rows)
+
+
+async def append_events(
+    conn: AsyncConnection, changed: Iterable[StoredObject], op: str, trace_context: dict[str, Any] | None, at: datetime
+) -> None:
+    """One event per changed object, at the object's revision."""
+    rows = [
+        {
+            "revision": obj.revision,
+            "op": op,
+            "kind": obj.kind,
+            "project": obj.project,
+            "name": obj.name,
+            "trace_context": trace_context,
+            "created_at": at,
+        }
+        for obj in changed
+    ]
+    if rows:
+        await conn.execute(insert(events), rows)
 
 
 async def live_objects(

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
@@ -67,12 +67,17 @@ class _Write:
     revision: int
     now: datetime
     changed: bool = False
+    last: int = 0
+    """The last revision this write holds (more than one when it changes several objects)."""
+
+    def __post_init__(self) -> None:
+        self.last = self.revision
 
     async def record(
         self, obj: StoredObject, op: str, trace_context: dict[str, Any] | None, *, row_exists: bool
     ) -> StoredObject:
         await queries.save(self.conn, obj, row_exists=row_exists)
-        await queries.append_event(self.conn, obj, op, trace_context, self.now)
+        await queries.append_events(self.conn, [obj], op, trace_context, self.now)
         self.changed = True
         return obj
 
@@ -98,6 +103,23 @@ class _Write:
 
     def changed_from(self, obj: StoredObject, **fields: Any) -> StoredObject:
         return replace(obj, revision=self.revision, updated_at=self.now, **fields)
+
+    async def record_statuses(
+        self, changes: builtins.list[tuple[StoredObject, dict[str, Any]]]
+    ) -> builtins.list[StoredObject]:
+        """New statuses of existing objects, each under its own revision and status event, in the order given."""
+        if not changes:
+            return []
+        if len(changes) > 1:
+            self.last = await queries.next_revision(self.conn, len(changes) - 1)
+        changed = [
+            replace(obj, status=status, revision=self.revision + index, updated_at=self.now)
+            for index, (obj, status) in enumerate(changes)
+        ]
+        await queries.rewrite(self.conn, changed)
+        await queries.append_events(self.conn, changed, "status", None, self.now)
+        self.changed = True
+        return changed
 
 
 class Store:
@@ -245,8 +267,8 @@ class Store:
             current = await _live(write.conn, kind, project, name)
             if status == current.status:
                 return current
-            obj = write.changed_from(current, status=status)
-            return await write.record(obj, "status", None, row_exists=True)
+            [obj] = await write.record_statuses([(current, status)])
+            return obj
 
     @_timed
     async def merge_status(self, kind: str, project: str, name: str, fields: dict) -> StoredObject:
@@ -258,8 +280,23 @@ class Store:
             status = {**current.status, **fields}
             if status == current.status:
                 return current
-            obj = write.changed_from(current, status=status)
-            return await write.record(obj, "status", None, row_exists=True)
+            [obj] = await write.record_statuses([(current, status)])
+            return obj
+
+    @_timed
+    async def merge_statuses(self, kind: str, project: str, changes: Mapping[str, dict]) -> int:
+        """`merge_status` of many objects of one kind and project (name -> fields) in one transaction, each
+        change under its own revision; names that are not there are skipped. How many statuses changed."""
+        fields = {name: _plain(value) for name, value in changes.items()}
+        async with self._writing() as write:
+            found = await queries.load_many(write.conn, [(kind, project, name) for name in fields])
+            updated = []
+            for obj in sorted(found, key=lambda o: o.name):
+                status = {**obj.status, **fields[obj.name]}
+                if not obj.deleted and status != obj.status:
+                    updated.append((obj, status))
+            await write.record_statuses(updated)
+        return len(updated)
 
     @_timed
     async def compact(self, keep_after: int) -> int:
@@ -352,6 +389,12 @@ class Store:
             return await _live(conn, kind, project, name)
 
     @_timed
+    async def get_many(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], StoredObject]:
+        """The live objects among `keys` ((kind, project, name)), read in one transaction."""
+        async with self._reading() as conn:
+            return _live_by_key(await queries.load_many(conn, keys))
+
+    @_timed
     async def list(
         self,
         kind: str,
@@ -409,7 +452,7 @@ class Store:
                 raise Compacted(revision, floor)
             events = await queries.events_after(conn, revision, limit)
             named = await queries.load_many(conn, {(e.kind, e.project, e.name) for e in events})
-        return events, {(o.kind, o.project, o.name): o for o in named if not o.deleted}
+        return events, _live_by_key(named)
 
     @_timed
     async def last_revision_before(self, at: datetime) -> int | None:
@@ -462,11 +505,11 @@ class Store:
                     # Delivered at commit: other replicas' waits wake without polling.
                     await conn.execute(
                         text("SELECT pg_notify(:channel, :revision)"),
-                        {"channel": NOTIFY_CHANNEL, "revision": str(revision)},
+                        {"channel": NOTIFY_CHANNEL, "revision": str(write.last)},
                     )
                 await conn.commit()
         if write.changed:
-            self._committed = max(self._committed, write.revision)
+            self._committed = max(self._committed, write.last)
             self._wake()
 
     @contextlib.asynccontextmanager
@@ -487,6 +530,10 @@ class Store:
         """A read transaction: one consistent snapshot for every statement in it."""
         async with self._engines.read.connect() as conn:
             yield conn
+
+
+def _live_by_key(objects: Iterable[StoredObject]) -> dict[tuple[str, str, str], StoredObject]:
+    return {(o.kind, o.project, o.name): o for o in objects if not o.deleted}
 
 
 async def _live(conn: AsyncConnection, kind: str, project: str, name: str) -> StoredObject:

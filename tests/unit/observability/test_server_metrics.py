@@ -28,6 +28,7 @@ async def test_connected_agents_counts_clusters_not_streams(store: Store) -> Non
     assert sample("meshplane_connected_agents") == 1
     await presence.on_stream_close(node, "edge-2")
     assert sample("meshplane_connected_agents") == 0
+    await presence.clusters.flush()
 
 
 def transactions(operation: str) -> float:

@@ -173,3 +173,35 @@ async def test_concurrent_status_merges_of_different_fields_keep_every_field(sto
     await asyncio.gather(*(store.merge_status("Cluster", "", "edge-1", f) for f in fields))
     status = (await store.get("Cluster", "", "edge-1")).status
     assert status == {f"field{i}": i for i in range(12)}
+
+
+async def test_many_status_merges_in_one_transaction_each_get_a_revision_and_an_event(store: Store) -> None:
+    for name in ("edge-1", "edge-2", "edge-3"):
+        await store.create("Cluster", "", name, spec={}, labels={"tier": "edge"})
+    await store.merge_status("Cluster", "", "edge-2", {"connected": True})
+    await store.delete("Cluster", "", "edge-3")
+    before = await store.current_revision()
+
+    changed = await store.merge_statuses(
+        "Cluster",
+        "",
+        {
+            "edge-1": {"connected": True},
+            "edge-2": {"connected": True},  # already so: no change
+            "edge-3": {"connected": True},  # deleted: skipped
+            "edge-9": {"connected": True},  # never there: skipped
+        },
+    )
+
+    assert changed == 1
+    edge_1 = await store.get("Cluster", "", "edge-1")
+    assert (edge_1.status, edge_1.revision, edge_1.labels) == ({"connected": True}, before + 1, {"tier": "edge"})
+    events, current = await store.changes_since(before)
+    assert [(e.revision, e.op, e.name) for e in events] == [(before + 1, "status", "edge-1")]
+    assert current[("Cluster", "", "edge-1")] == edge_1
+
+    assert await store.merge_statuses("Cluster", "", {"edge-1": {"lastSeen": "t1"}, "edge-2": {"lastSeen": "t1"}}) == 2
+    assert await store.current_revision() == before + 3
+    events, _ = await store.changes_since(before + 1)
+    assert [(e.revision, e.name) for e in events] == [(before + 2, "edge-1"), (before + 3, "edge-2")]
+    assert (await store.get("Cluster", "", "edge-2")).status == {"connected": True, "lastSeen": "t1"}
