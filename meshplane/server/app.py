@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane import __version__
-from meshplane.observability.http_tracing import TraceRequests
-from meshplane.observability.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from meshplane.observability.http_requests import ObserveRequests
 from meshplane.server.access_checks import ApiCatalog
 from meshplane.server.api import install_object_routes
 from meshplane.server.auth.guard import Authenticator, current_principal
@@ -19,15 +17,6 @@ from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
 from meshplane.server.watch import watch_router
 from meshplane.store.store import Store
-
-
-def _route_template(request: Request) -> str:
-    """The matched route's path template: a bounded metric label, unlike the raw path.
-
-    Read from the scope after routing, where the router records the route it chose; FastAPI's included routers
-    are not plain routes, so matching `app.router.routes` again would not find it.
-    """
-    return getattr(request.scope.get("route"), "path", None) or "unmatched"
 
 
 def create_app(
@@ -48,15 +37,6 @@ def create_app(
     app.state.authenticator = authenticator
     install_problem_handlers(app)
     app.add_middleware(RequestLimits, max_body=max_body)
-
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = _route_template(request)
-        HTTP_REQUESTS.labels(request.method, route, str(response.status_code)).inc()
-        HTTP_LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
-        return response
 
     @app.get("/healthz", tags=["Health"], summary="Liveness")
     async def healthz() -> dict[str, str]:
@@ -94,5 +74,5 @@ def create_app(
 
     install_object_routes(app, ObjectService(store, api_catalog))
     app.include_router(watch_router(store))
-    app.add_middleware(TraceRequests)  # outermost: the span covers every layer, the caller's traceparent first
+    app.add_middleware(ObserveRequests)  # outermost: span and timing cover every layer
     return app
