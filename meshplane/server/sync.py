@@ -60,7 +60,7 @@ class ProjectionFeeder:
 
     async def _tail(self) -> None:
         while True:
-            events, current = await self.store.changes_since(self.revision, _BATCH)
+            events, current = await self.store.changes_since(self.revision, _BATCH, status_changes=False)
             changed: dict[ObjectKey, Mapping[str, str] | None] = {}
             oldest: float | None = None
             for event in events:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,14 @@ from meshplane.store.schema import deliveries, events, idempotency_keys, meta, o
 _EVENT_COLUMNS = [
     events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context", "created_at")
 ]
+
+
+_OBJECT_FIELDS = tuple(f.name for f in fields(StoredObject))
+
+
+def _row(obj: StoredObject) -> dict[str, Any]:
+    """An object's column values as they are (no deep copy of spec and status, as `asdict` would make)."""
+    return {name: getattr(obj, name) for name in _OBJECT_FIELDS}
 
 
 def _key(kind: str, project: str, name: str) -> Any:
@@ -65,7 +73,7 @@ async def save(conn: AsyncConnection, obj: StoredObject, *, row_exists: bool) ->
     if row_exists:
         await rewrite(conn, [obj])
     else:
-        await conn.execute(insert(objects).values(**asdict(obj)))
+        await conn.execute(insert(objects).values(**_row(obj)))
 
 
 async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> None:
@@ -75,7 +83,7 @@ async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> Non
         objects.c.project == bindparam("key_project"),
         objects.c.name == bindparam("key_name"),
     )
-    rows = [{**asdict(o), "key_kind": o.kind, "key_project": o.project, "key_name": o.name} for o in changed]
+    rows = [{**_row(o), "key_kind": o.kind, "key_project": o.project, "key_name": o.name} for o in changed]
     if rows:
         await conn.execute(statement, rows)
 

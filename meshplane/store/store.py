@@ -441,17 +441,19 @@ class Store:
 
     @_timed
     async def changes_since(
-        self, revision: int, limit: int = 1000
+        self, revision: int, limit: int = 1000, *, status_changes: bool = True
     ) -> tuple[builtins.list[Event], dict[tuple[str, str, str], StoredObject]]:
         """Events after `revision`, oldest first (Compacted when some of them are already gone), and from the
         same snapshot the live objects they name (a deleted one is absent): a tail's re-reads in one
-        transaction instead of one per object."""
+        transaction instead of one per object. Without `status_changes`, objects named only by status
+        events are not read (a reader of specs skips those events)."""
         async with self._reading() as conn:
             _, floor = await queries.read_meta(conn)
             if revision < floor:
                 raise Compacted(revision, floor)
             events = await queries.events_after(conn, revision, limit)
-            named = await queries.load_many(conn, {(e.kind, e.project, e.name) for e in events})
+            wanted = {(e.kind, e.project, e.name) for e in events if status_changes or e.op != "status"}
+            named = await queries.load_many(conn, wanted)
         return events, _live_by_key(named)
 
     @_timed

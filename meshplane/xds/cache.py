@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
 
 from meshplane.xds.resource import VersionedResource
@@ -119,7 +119,7 @@ class ResourceCache:
     def __init__(self) -> None:
         self._clock = 0
         self._groups: dict[str, _Group] = {}
-        self._events: dict[str, asyncio.Event] = {}
+        self._listeners: dict[str, set[Callable[[], None]]] = {}
         self._stamp: float | None = None
 
     @contextlib.contextmanager
@@ -209,12 +209,28 @@ class ResourceCache:
         found = self._groups.get(group)
         return found.generation if found is not None else 0
 
+    def subscribe(self, group: str, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake` (it must not block) after every change of the group, until the returned function is
+        called: a stream keeps one subscription for its life instead of a waiting task per change."""
+        listeners = self._listeners.setdefault(group, set())
+        listeners.add(wake)
+
+        def unsubscribe() -> None:
+            listeners.discard(wake)
+            if not listeners and self._listeners.get(group) is listeners:
+                del self._listeners[group]
+
+        return unsubscribe
+
     async def wait_for_change(self, group: str, seen_generation: int) -> int:
+        """The group's generation once it is past `seen_generation`."""
         while (generation := self.generation(group)) <= seen_generation:
-            event = self._events.get(group)
-            if event is None:
-                event = self._events[group] = asyncio.Event()
-            await event.wait()
+            changed = asyncio.Event()
+            unsubscribe = self.subscribe(group, changed.set)
+            try:
+                await changed.wait()
+            finally:
+                unsubscribe()
         return generation
 
     def drop_group(self, group: str) -> None:
@@ -248,6 +264,5 @@ class ResourceCache:
         self._wake(group)
 
     def _wake(self, group: str) -> None:
-        event = self._events.pop(group, None)
-        if event is not None:
-            event.set()
+        for wake in tuple(self._listeners.get(group, ())):
+            wake()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -94,36 +95,42 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         compress_from = self._compress_from
         if compress_from is not None:
             context.set_compression(grpc.Compression.Gzip)
-        reading: asyncio.Future[Any] | None = None
-        waiting: asyncio.Future[int] | None = None
+        # One wake-up for both sources of work: a request read by the reader task, or a change of the group.
+        wake = asyncio.Event()
+        inbox: deque[Any] = deque([request])
+        reader = asyncio.create_task(_read_into(requests, inbox, wake))
+        unsubscribe = self._cache.subscribe(group, wake.set)
         try:
             while True:
-                if request is not None:
+                wake.clear()  # before looking: a change or request from here on wakes the wait below
+                while inbox:
+                    if (request := inbox.popleft()) is None:
+                        return  # the client closed its side
                     await session.receive(request)
-                generation = self._cache.generation(group)
-                for response in session.respond(generation):
+                for response in session.respond(self._cache.generation(group)):
                     if compress_from is not None and len(response) < compress_from:
                         context.disable_next_message_compression()
                     yield response
-                if reading is None:
-                    reading = asyncio.ensure_future(anext(requests, None))
-                if waiting is None:
-                    waiting = asyncio.ensure_future(self._cache.wait_for_change(group, generation))
-                done, _ = await asyncio.wait((reading, waiting), return_when=asyncio.FIRST_COMPLETED)
-                request = None
-                if waiting in done:
-                    waiting = None
-                if reading in done:
-                    request, reading = reading.result(), None
-                    if request is None:
-                        return  # the client closed its side
+                if reader.done() and not inbox:
+                    reader.result()  # the request stream failed: end with its error
+                    return
+                await wake.wait()
         finally:
-            # Not awaited: the stream itself may be being cancelled, and they finish on cancel anyway.
-            for task in (reading, waiting):
-                if task is not None:
-                    task.cancel()
+            unsubscribe()
+            reader.cancel()  # not awaited: the stream itself may be being cancelled, and it ends on cancel anyway
             CONNECTED_STREAMS.labels(self._name).dec()
             await session.closed()
+
+
+async def _read_into(requests: AsyncIterator[Any], inbox: deque[Any], wake: asyncio.Event) -> None:
+    """Queue every request the client sends, then None when it closes its side; wake the stream for each."""
+    try:
+        async for request in requests:
+            inbox.append(request)
+            wake.set()
+        inbox.append(None)
+    finally:
+        wake.set()
 
 
 def add_to_server(xds: XdsServer, server: grpc.aio.Server) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from envoy.config.core.v3.base_pb2 import Node
+from prometheus_client import Counter, Histogram
 
 from meshplane.observability.metrics import ACKS, NACKS, PUSH_LATENCY, PUSHED_RESOURCES, PUSHES, short_type
 from meshplane.xds.cache import ResourceCache
@@ -20,6 +23,27 @@ log = logging.getLogger(__name__)
 Request = TypeVar("Request")
 State = TypeVar("State")
 TypeRank = Callable[[str], tuple[int, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Meters:
+    """The labelled metrics of one (server, type): found once, not at every push of every stream."""
+
+    pushes: Counter
+    pushed_resources: Counter
+    push_latency: Histogram
+    acks: Counter
+
+
+@functools.cache
+def _meters(server: str, type_url: str) -> _Meters:
+    kind = short_type(type_url)
+    return _Meters(
+        PUSHES.labels(server, kind),
+        PUSHED_RESOURCES.labels(server, kind),
+        PUSH_LATENCY.labels(server, kind),
+        ACKS.labels(server, kind),
+    )
 
 
 class Session(ABC, Generic[Request, State]):
@@ -67,14 +91,14 @@ class Session(ABC, Generic[Request, State]):
         """Count one response and the resources (upserted or removed) it carries, and time it from the
         oldest stamped change after ``since``, the generation the stream had already seen of the type.
         A type's first response (``since`` < 0) syncs the stream rather than pushes a change: not timed."""
-        kind = short_type(type_url)
-        PUSHES.labels(self.server, kind).inc()
-        PUSHED_RESOURCES.labels(self.server, kind).inc(resources)
+        meters = _meters(self.server, type_url)
+        meters.pushes.inc()
+        meters.pushed_resources.inc(resources)
         if since >= 0 and (changed_at := self.cache.changed_at(self.group, type_url, since)) is not None:
-            PUSH_LATENCY.labels(self.server, kind).observe(max(0.0, time.time() - changed_at))
+            meters.push_latency.observe(max(0.0, time.time() - changed_at))
 
     async def acked(self, type_url: str, versions: Mapping[str, str]) -> None:
-        ACKS.labels(self.server, short_type(type_url)).inc()
+        _meters(self.server, type_url).acks.inc()
         await self._notify(self.callbacks.on_ack(self.group, self.node, type_url, versions))
 
     async def nacked(self, type_url: str, versions: Mapping[str, str], message: str) -> None:
