@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -25,6 +27,11 @@ from meshplane.store.store import Store
 log = get_logger("meshplane.server.control_plane")
 
 
+LAST_SEEN_EVERY = 30.0
+"""Seconds between two writes of a cluster's `lastSeen` for its reports alone (connects and disconnects
+write it at once)."""
+
+
 def now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -37,9 +44,11 @@ class ClusterRegistry:
     writes, not a thousand, and no stream waits for the store before its first response.
     """
 
-    def __init__(self, store: Store, retry_delay: float = 1.0):
+    def __init__(self, store: Store, retry_delay: float = 1.0, last_seen_every: float = LAST_SEEN_EVERY):
         self.store = store
         self.retry_delay = retry_delay
+        self.last_seen_every = last_seen_every
+        self._last_seen: dict[str, float] = {}
         self._pending: dict[str, dict[str, object]] = {}
         self._writer: asyncio.Task[None] | None = None
 
@@ -54,8 +63,16 @@ class ClusterRegistry:
         self.update_status(cluster, agentVersion=agent_version, lastSeen=now())
         return await self.store.current_revision()
 
+    def seen(self, cluster: str) -> None:
+        """An agent's sign of life (a report): its `lastSeen`, written at most every `last_seen_every`
+        seconds per cluster rather than once per report, which would be a write per agent per change."""
+        if time.monotonic() - self._last_seen.get(cluster, -math.inf) >= self.last_seen_every:
+            self.update_status(cluster, lastSeen=now())
+
     def update_status(self, cluster: str, **fields: object) -> None:
         """Queue status fields of a cluster (one that does not exist is skipped when written)."""
+        if "lastSeen" in fields:
+            self._last_seen[cluster] = time.monotonic()
         self._pending.setdefault(cluster, {}).update(fields)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending(), name="cluster-status")
@@ -127,7 +144,7 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         applied = await self.store.record_deliveries(deliveries, request.idempotency_key or None)
         if applied:
             self.reported()
-        self.clusters.update_status(request.cluster, lastSeen=at.isoformat())
+        self.clusters.seen(request.cluster)
         return control_plane_pb2.ReportResponse(duplicate=not applied)
 
     async def ReportObjects(

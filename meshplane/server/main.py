@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -44,6 +45,8 @@ from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
 log = get_logger("meshplane.server")
 
 DEFAULT_PROJECT = "default"
+GC_THRESHOLDS = (50_000, 20, 100)
+"""Allocations before a young collection (Python's default: 700), and young/middle collections per older one."""
 COMPRESS_FROM = 8 * 1024
 """Sync responses from this size on are gzipped: catch-ups and first syncs shrink several times, while a
 single change (well under it) costs no compression CPU on the fan-out path."""
@@ -106,6 +109,16 @@ class ClusterPresence(NoCallbacks):
             self.streams.pop(group, None)
             CONNECTED_AGENTS.set(len(self.streams))
             self.clusters.update_status(group, connected=False, lastSeen=now())
+
+
+def quiet_garbage_collector() -> None:
+    """Collect less often, and never again walk what is alive once the projection is loaded: with a thousand
+    streams the cyclic collector's full passes otherwise land in the middle of pushes (at 1,000 agents they
+    took the p99 of a change to the last agent from 243 ms to 410 ms). Memory is freed by reference
+    counting as before; only cycles wait longer."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLDS[0], *GC_THRESHOLDS[1:])
 
 
 async def ensure_default_project(store: Store) -> None:
@@ -202,6 +215,7 @@ async def run_server(
     if feeder_task.done():
         await store.close()
         feeder_task.result()
+    quiet_garbage_collector()
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="north-api")
     background = [

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
@@ -158,29 +159,34 @@ async def purge(conn: AsyncConnection, up_to: int) -> int:
     return removed_events.rowcount + removed_tombstones.rowcount
 
 
-async def claim_key(conn: AsyncConnection, key: str, at: datetime) -> bool:
-    """Record an idempotency key; False when it was recorded before (the caller then does nothing)."""
-    found = (await conn.execute(select(idempotency_keys.c.key).where(idempotency_keys.c.key == key))).first()
-    if found is not None:
-        return False
-    await conn.execute(insert(idempotency_keys).values(key=key, created_at=at))
-    return True
+async def claim_keys(conn: AsyncConnection, keys: Iterable[str], at: datetime) -> set[str]:
+    """Record idempotency keys; the ones recorded now (a key recorded before, or twice here, is claimed once)."""
+    wanted = set(keys)
+    if not wanted:
+        return set()
+    seen = await conn.execute(select(idempotency_keys.c.key).where(idempotency_keys.c.key.in_(wanted)))
+    fresh = wanted - set(seen.scalars())
+    if fresh:
+        await conn.execute(insert(idempotency_keys), [{"key": key, "created_at": at} for key in sorted(fresh)])
+    return fresh
 
 
 async def forget_keys(conn: AsyncConnection, before: datetime) -> int:
     return (await conn.execute(delete(idempotency_keys).where(idempotency_keys.c.created_at < before))).rowcount
 
 
-async def upsert_delivery(conn: AsyncConnection, delivery: Delivery) -> None:
-    key = and_(
-        deliveries.c.cluster == delivery.cluster,
-        deliveries.c.kind == delivery.kind,
-        deliveries.c.project == delivery.project,
-        deliveries.c.name == delivery.name,
+async def upsert_deliveries(conn: AsyncConnection, reported: Iterable[Delivery]) -> None:
+    """Insert or replace each cluster's delivery of each object: one statement for the whole report (the last
+    of several reports of one object wins)."""
+    rows = list({(d.cluster, d.kind, d.project, d.name): asdict(d) for d in reported}.values())
+    if not rows:
+        return
+    statement = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(deliveries)
+    statement = statement.on_conflict_do_update(
+        index_elements=[deliveries.c.cluster, deliveries.c.kind, deliveries.c.project, deliveries.c.name],
+        set_={column: statement.excluded[column] for column in ("version", "state", "message", "updated_at")},
     )
-    values = asdict(delivery)
-    if (await conn.execute(update(deliveries).where(key).values(**values))).rowcount == 0:
-        await conn.execute(insert(deliveries).values(**values))
+    await conn.execute(statement, rows)
 
 
 async def deliveries_changed(conn: AsyncConnection, since: datetime | None) -> list[Delivery]:

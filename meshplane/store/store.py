@@ -59,6 +59,15 @@ def _timed(operation: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]
     return timed
 
 
+@dataclass(frozen=True, slots=True)
+class _Report:
+    """One cluster report waiting to be written, and the caller waiting for its outcome."""
+
+    deliveries: builtins.list[Delivery]
+    key: str | None
+    done: asyncio.Future[bool]
+
+
 @dataclass(slots=True)
 class _Write:
     """One write transaction: its connection, the revision it allocated, and whether it changed anything."""
@@ -134,6 +143,8 @@ class Store:
         self._written = asyncio.Event()
         self._committed = 0
         """The newest revision this instance committed."""
+        self._reports: builtins.list[_Report] = []
+        self._reporting: asyncio.Task[None] | None = None
         self._listener: Any = None
 
     @property
@@ -167,6 +178,9 @@ class Store:
         return cls(engines)
 
     async def close(self) -> None:
+        if self._reporting is not None:
+            with contextlib.suppress(Exception):
+                await self._reporting
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -314,24 +328,51 @@ class Store:
         """Keep what clusters reported, in one transaction with its idempotency key.
 
         False when the key was seen before: a retried report is applied once. Deliveries are not
-        objects and take no revision: status roll-up folds them into objects' status.
+        objects and take no revision: status roll-up folds them into objects' status. Reports arriving
+        together (a thousand agents answering one change) are written together, in one transaction.
         """
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._reports.append(_Report(list(deliveries), idempotency_key, done))
+        if self._reporting is None or self._reporting.done():
+            self._reporting = asyncio.create_task(self._write_reports(), name="store-reports")
+        return await asyncio.shield(done)
+
+    async def _write_reports(self) -> None:
+        while self._reports:
+            batch, self._reports = self._reports, []
+            try:
+                await self._write_report_batch(batch)
+            except Exception:
+                # One bad report must not fail the others: each alone, with its own outcome.
+                for report in batch:
+                    try:
+                        await self._write_report_batch([report])
+                    except Exception as exc:
+                        if not report.done.done():
+                            report.done.set_exception(exc)
+
+    async def _write_report_batch(self, batch: builtins.list[_Report]) -> None:
         async with self._exclusive() as conn:
-            if idempotency_key is not None and not await queries.claim_key(conn, idempotency_key, datetime.now(UTC)):
-                await conn.rollback()
-                return False
-            for delivery in deliveries:
-                await queries.upsert_delivery(conn, delivery)
+            fresh = await queries.claim_keys(conn, (r.key for r in batch if r.key is not None), datetime.now(UTC))
+            accepted = []
+            for report in batch:
+                first = report.key is None or report.key in fresh
+                if report.key is not None:
+                    fresh.discard(report.key)  # a key twice in one batch: its first report only
+                accepted.append((report, first))
+            await queries.upsert_deliveries(conn, (d for report, first in accepted if first for d in report.deliveries))
             await conn.commit()
-        return True
+        for report, first in accepted:
+            if not report.done.done():
+                report.done.set_result(first)
 
     @_timed
     async def claim_idempotency_key(self, key: str) -> bool:
         """Record a key on its own, for reports whose effects are ordinary (revisioned) writes."""
         async with self._exclusive() as conn:
-            claimed = await queries.claim_key(conn, key, datetime.now(UTC))
+            claimed = await queries.claim_keys(conn, [key], datetime.now(UTC))
             await conn.commit()
-        return claimed
+        return key in claimed
 
     @_timed
     async def forget_idempotency_keys(self, before: datetime) -> int:

@@ -60,6 +60,8 @@ class _TypeState:
     def replace(self, resources: dict[str, VersionedResource], changed: Iterable[str], generation: int) -> None:
         self.resources = resources
         self._version = self._sotw_entries = None
+        if generation <= self.floor:
+            return  # the type's first set: no stream can ask what changed since before it, so nothing to log
         for name in changed:
             self.log.pop(name, None)
             self.log[name] = generation

@@ -49,3 +49,22 @@ async def test_a_failed_write_is_retried_and_newer_fields_win(store: Store) -> N
     assert queued_during_failure.is_set()
     assert attempts[-1] == {"edge-1": {"connected": True, "lastSeen": "t2"}}
     assert (await store.get("Cluster", "", "edge-1")).status == {"connected": True, "lastSeen": "t2"}
+
+
+async def test_reports_refresh_last_seen_at_most_once_per_interval(store: Store) -> None:
+    await store.create("Cluster", "", "edge-1", spec={})
+    registry = ClusterRegistry(store, last_seen_every=3600)
+    registry.seen("edge-1")
+    await registry.flush()
+    first = await store.get("Cluster", "", "edge-1")
+    assert "lastSeen" in first.status
+
+    for _ in range(5):
+        registry.seen("edge-1")
+    await registry.flush()
+    assert (await store.get("Cluster", "", "edge-1")).revision == first.revision
+
+    eager = ClusterRegistry(store, last_seen_every=0)
+    eager.seen("edge-1")
+    await eager.flush()
+    assert (await store.get("Cluster", "", "edge-1")).revision > first.revision

@@ -205,3 +205,31 @@ async def test_many_status_merges_in_one_transaction_each_get_a_revision_and_an_
     events, _ = await store.changes_since(before + 1)
     assert [(e.revision, e.name) for e in events] == [(before + 2, "edge-1"), (before + 3, "edge-2")]
     assert (await store.get("Cluster", "", "edge-2")).status == {"connected": True, "lastSeen": "t1"}
+
+
+async def test_one_report_naming_an_object_twice_keeps_the_last(store: Store) -> None:
+    now = datetime.now(UTC)
+    first = Delivery("edge-1", "API", "shop", "orders", "v1", "Applied", "", now)
+    second = Delivery("edge-1", "API", "shop", "orders", "v2", "Failed", "rejected", now)
+    other = Delivery("edge-2", "API", "shop", "orders", "v1", "Applied", "", now)
+    assert await store.record_deliveries([first, other, second]) is True
+    kept = {d.cluster: (d.version, d.state) for d in await store.deliveries_of([("API", "shop", "orders")])}
+    assert kept == {"edge-1": ("v2", "Failed"), "edge-2": ("v1", "Applied")}
+
+
+async def test_concurrent_reports_are_written_together_each_key_once(store: Store) -> None:
+    now = datetime.now(UTC)
+
+    def report(cluster: str, version: str) -> list[Delivery]:
+        return [Delivery(cluster, "API", "shop", "orders", version, "Applied", "", now)]
+
+    outcomes = await asyncio.gather(
+        *(store.record_deliveries(report(f"edge-{i}", "v1"), idempotency_key=f"edge-{i}/1") for i in range(20)),
+        store.record_deliveries(report("edge-0", "v9"), idempotency_key="edge-0/1"),  # a retry of edge-0's
+        store.record_deliveries(report("edge-0", "v2"), idempotency_key="edge-0/2"),
+    )
+
+    assert outcomes == [True] * 20 + [False, True]
+    kept = {d.cluster: d.version for d in await store.deliveries_of([("API", "shop", "orders")])}
+    assert kept == {"edge-0": "v2", **{f"edge-{i}": "v1" for i in range(1, 20)}}
+    assert await store.record_deliveries(report("edge-1", "v3"), idempotency_key="edge-1/1") is False
