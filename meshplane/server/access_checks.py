@@ -14,16 +14,17 @@ from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, Subscripti
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement
 from meshplane.model.resource import FieldError, InvalidObject, Resource
-from meshplane.server.api_conflicts import first_clash, hosts_overlap
+from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters
 from meshplane.server.problems import Problem
 from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
-ApiCatalog = Callable[[], tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]
-"""The clusters (name -> labels) and the APIs (project, name, spec) a server holds in memory, so a write
-need not read every API back from the store; without one, the store is read."""
+ApiCatalog = Callable[[APISpec], tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]
+"""The clusters (name -> labels) and the APIs (project, name, spec) a server holds in memory that may meet
+the given one (at least those: see api_conflicts.route_bucket), so a write need not read every API back
+from the store; without one, the store is read."""
 
 
 async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | None = None) -> None:
@@ -79,7 +80,7 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
 
 async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> None:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters, apis = catalog() if catalog is not None else await _stored_apis(store)
+    clusters, apis = catalog(spec) if catalog is not None else await _stored_apis(store)
     mine = placed_clusters(spec.placement, clusters)
     others = []
     for project, name, other in apis:
@@ -114,13 +115,9 @@ def _may_meet(spec: APISpec, base_path: str, hostnames: list[str]) -> bool:
     if not any(hosts_overlap(mine, theirs) for mine in spec.hostnames for theirs in hostnames):
         return False
     for mine, theirs in zip(spec.base_path.split("/")[1:], base_path.split("/")[1:], strict=False):
-        if mine != theirs and not _templated(mine) and not _templated(theirs):
+        if mine != theirs and not templated(mine) and not templated(theirs):
             return False
     return True
-
-
-def _templated(segment: str) -> bool:
-    return segment == "*" or (segment.startswith("{") and segment.endswith("}"))
 
 
 def _meet(a: Placement, placed_a: frozenset[str], b: Placement, clusters: dict[str, dict[str, str]]) -> bool:

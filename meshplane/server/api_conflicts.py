@@ -15,6 +15,18 @@ from meshplane.model.kinds import APISpec
 ANY_METHOD = "*"
 
 
+def templated(segment: str) -> bool:
+    """A path segment that matches any value: `*` or a `{parameter}`."""
+    return segment == "*" or (segment.startswith("{") and segment.endswith("}"))
+
+
+def route_bucket(base_path: str) -> str | None:
+    """The first segment of a basePath, None when it is templated: two APIs whose first segments are
+    different literals never meet, so a write need only look at its own bucket and None's."""
+    first = base_path.split("/")[1]
+    return None if templated(first) else first
+
+
 def hosts_overlap(a: str, b: str) -> bool:
     """Some host name matches both patterns (`*`, `*.suffix` or an exact name)."""
     if a == "*" or b == "*" or a == b:

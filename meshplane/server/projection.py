@@ -19,6 +19,7 @@ from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
+from meshplane.server.api_conflicts import route_bucket
 from meshplane.server.objects import to_resource
 from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters
 from meshplane.store.records import StoredObject
@@ -66,6 +67,9 @@ class FleetProjection:
         self._dirty: set[ObjectKey] = set()
         self._related: dict[str, set[ObjectKey]] = {}
         """project -> its APIs and followers: what a follower's placement is computed from."""
+        self._routes: dict[str | None, dict[ObjectKey, APISpec]] = {}
+        """APIs by route bucket (their basePath's first segment; None: templated): for write-time checks."""
+        self._route_bucket: dict[ObjectKey, str | None] = {}
 
     def _project_objects(self, project: str) -> dict[ObjectKey, DeliveredObject]:
         return {key: self.objects[key] for key in self._related.get(project, ())}
@@ -78,6 +82,8 @@ class FleetProjection:
         return followers_placement(project, self._project_objects(project), self.placed)
 
     def _index(self, key: ObjectKey, present: bool) -> None:
+        if key[0] == "API":
+            self._index_routes(key, present)
         if key[0] not in FOLLOWERS and key[0] != "API":
             return
         related = self._related.setdefault(key[1], set())
@@ -85,6 +91,14 @@ class FleetProjection:
             related.add(key)
         else:
             related.discard(key)
+
+    def _index_routes(self, key: ObjectKey, present: bool) -> None:
+        if key in self._route_bucket:
+            self._routes[self._route_bucket.pop(key)].pop(key, None)
+        spec = self.objects[key].spec if present and key in self.objects else None
+        if isinstance(spec, APISpec):
+            bucket = self._route_bucket[key] = route_bucket(spec.base_path)
+            self._routes.setdefault(bucket, {})[key] = spec
 
     def reset(
         self,
@@ -97,6 +111,7 @@ class FleetProjection:
         self.clusters = {c.name: dict(c.labels) for c in clusters}
         self.objects = {}
         self._related = {}
+        self._routes, self._route_bucket = {}, {}
         traces = traces or {}
         for stored in objects:
             if (delivered := self._deliver(stored, traces.get((stored.kind, stored.project, stored.name)))) is not None:
@@ -166,13 +181,14 @@ class FleetProjection:
         if self.clusters.pop(name, None) is not None:
             self._replace_cluster(name)
 
-    def api_catalog(self) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
-        """The clusters and every API as this server last saw them, for write-time route checks."""
-        apis = [
-            (project, name, obj.spec)
-            for (kind, project, name), obj in self.objects.items()
-            if kind == "API" and isinstance(obj.spec, APISpec)
-        ]
+    def api_catalog(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+        """The clusters and the APIs, as this server last saw them, whose routes may meet `spec`'s: those in
+        its route bucket and the templated ones (every API for a templated basePath)."""
+        bucket = route_bucket(spec.base_path)
+        buckets = (
+            self._routes.values() if bucket is None else (self._routes.get(bucket, {}), self._routes.get(None, {}))
+        )
+        apis = [(project, name, other) for apis in buckets for (_, project, name), other in apis.items()]
         return self.clusters, apis
 
     def take_dirty(self) -> set[ObjectKey]:

@@ -379,3 +379,47 @@ def test_followers_after_any_history_are_where_a_fresh_projection_puts_them(hist
             wanted = {c for c in CLUSTERS if resource_name("shop", obj.spec["api"]) in expected(apis, clusters, c)}
             assert holders(cache, SUBSCRIPTION_TYPE, name) == wanted
     assert_as_rebuilt(cache, objects.values(), clusters, [SUBSCRIPTION_TYPE, APPLICATION_TYPE, KEY_TYPE, POLICY_TYPE])
+
+
+def api_at(name: str, base_path: str) -> StoredObject:
+    spec = {"basePath": base_path, "backends": [{"host": "127.0.0.1", "port": 9001}]}
+    return stored("API", name, project="shop", spec=spec)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d"]), st.sampled_from(["/orders", "/orders/v2", "/billing", "/{t}"])
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(["/orders/x", "/billing", "/{tenant}/x", "/other"]),
+)
+def test_the_route_catalog_offers_every_api_whose_first_segment_may_meet(
+    writes: list[tuple[str, str]], probe_path: str
+) -> None:
+    """APIs moved between buckets, re-written and removed: the catalog for a probe holds exactly the live APIs
+    whose first basePath segment equals the probe's or either is templated."""
+    projection = FleetProjection(ResourceCache())
+    live: dict[str, str] = {}
+    for name, base_path in writes:
+        if live.get(name) == base_path:
+            projection.remove_object(("API", "shop", name))
+            del live[name]
+        else:
+            projection.upsert_object(api_at(name, base_path))
+            live[name] = base_path
+    probe = projection._deliver(api_at("probe", probe_path), None)
+    assert probe is not None
+
+    _, offered = projection.api_catalog(probe.spec)
+
+    def first(path: str) -> str:
+        return path.split("/")[1]
+
+    def may_meet(path: str) -> bool:
+        a, b = first(path), first(probe_path)
+        return a == b or a.startswith("{") or b.startswith("{")
+
+    assert sorted(name for _, name, _ in offered) == sorted(n for n, p in live.items() if may_meet(p))
