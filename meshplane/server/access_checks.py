@@ -7,7 +7,7 @@ subscribes to an API once (409); an API whose routes would meet another's at a g
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
@@ -21,7 +21,7 @@ from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
-ApiCatalog = Callable[[APISpec], tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]
+ApiCatalog = Callable[[APISpec], Awaitable[tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]]
 """The clusters (name -> labels) and the APIs (project, name, spec) a server holds in memory that may meet
 the given one (at least those: see api_conflicts.route_bucket), so a write need not read every API back
 from the store; without one, the store is read."""
@@ -80,7 +80,7 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
 
 async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> None:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters, apis = catalog(spec) if catalog is not None else await _stored_apis(store)
+    clusters, apis = await catalog(spec) if catalog is not None else await _stored_apis(store)
     mine = placed_clusters(spec.placement, clusters)
     others = []
     for project, name, other in apis:

@@ -13,6 +13,7 @@ import uvicorn
 from envoy.config.core.v3 import base_pb2
 
 from meshplane.config import ServerSettings, split_address
+from meshplane.model.kinds import APISpec
 from meshplane.model.meta import check_name
 from meshplane.observability.grpc_metrics import MeasureCalls
 from meshplane.observability.grpc_tracing import TraceUnaryHandlers
@@ -21,6 +22,7 @@ from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
 from meshplane.security.tls import INSECURE_WARNING, server_credentials
+from meshplane.server.access_checks import ApiCatalog
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
@@ -109,6 +111,17 @@ class ClusterPresence(NoCallbacks):
             self.streams.pop(group, None)
             CONNECTED_AGENTS.set(len(self.streams))
             self.clusters.update_status(group, connected=False, lastSeen=now())
+
+
+def current_api_catalog(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiCatalog:
+    """The projection's route catalog once it holds every write this server has answered, so two writes in a
+    row from one client are checked against each other."""
+
+    async def catalog(spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+        await feeder.caught_up()
+        return projection.api_catalog(spec)
+
+    return catalog
 
 
 def quiet_garbage_collector() -> None:
@@ -201,7 +214,7 @@ async def run_server(
         authenticator=authenticator_for(settings, tokens),
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
-        api_catalog=projection.api_catalog,
+        api_catalog=current_api_catalog(feeder, projection),
     )
     app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))

@@ -37,6 +37,7 @@ class ProjectionFeeder:
         self.poll_interval = poll_interval
         self.ready = asyncio.Event()
         self.revision = 0
+        self._advanced = asyncio.Event()
 
     async def run(self) -> None:
         while True:
@@ -103,6 +104,15 @@ class ProjectionFeeder:
                 self.projection.upsert_object(stored, trace)
         self.manifests.flush()
 
+    async def caught_up(self) -> None:
+        """Until the projection holds every write this server has committed so far: what a write-time check
+        reads from it then includes the writes already answered."""
+        target = self.store.committed
+        while self.revision < target:
+            self._advanced.clear()
+            await self._advanced.wait()
+
     def _advance(self, revision: int) -> None:
         self.revision = revision
         STORE_REVISION.set(revision)
+        self._advanced.set()

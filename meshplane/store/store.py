@@ -187,6 +187,11 @@ class Store:
         await self._engines.base.dispose()
 
     @property
+    def committed(self) -> int:
+        """The newest revision this instance has committed (0 before its first write)."""
+        return self._committed
+
+    @property
     def dialect(self) -> str:
         return self._engines.dialect
 
