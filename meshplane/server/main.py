@@ -160,8 +160,11 @@ async def run_server(
     settings: ServerSettings,
     stop: asyncio.Event,
     grpc_credentials: grpc.ServerCredentials | None = None,
+    *,
+    own_process: bool = False,
 ) -> None:
-    """Serve until `stop` is set, then shut everything down in order."""
+    """Serve until `stop` is set, then shut everything down in order. `own_process`: the server is the
+    process (the CLI), so it may set process-wide policy such as the garbage collector's."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.insecure:
         log.warning(INSECURE_WARNING)
@@ -228,7 +231,8 @@ async def run_server(
     if feeder_task.done():
         await store.close()
         feeder_task.result()
-    quiet_garbage_collector()
+    if own_process:
+        quiet_garbage_collector()
     await grpc_server.start()
     http_task = asyncio.create_task(http.serve(), name="north-api")
     background = [
