@@ -10,6 +10,7 @@ services of every cluster, and deleting it hands them back to `default`.
 from __future__ import annotations
 
 import contextlib
+import json
 
 from google.protobuf import json_format
 
@@ -46,9 +47,15 @@ class _Projects:
 
 async def apply_report(store: Store, cluster: str, request: control_plane_pb2.ReportServicesRequest) -> None:
     """Keep the services a report adds or changes, drop those it removes, and after a complete listing drop
-    the cluster's others. InvalidObject for a service whose spec does not validate."""
+    the cluster's others. InvalidObject for a service whose spec does not validate.
+
+    What the cluster has stored is read once, and a service reported as it is stored is not written again:
+    an agent's first report after each start lists its whole catalog, mostly unchanged.
+    """
     origin = f"cluster/{cluster}"
     projects = _Projects(store)
+    held, _ = await store.list(KIND, where=lambda obj: obj.origin == origin)
+    stored = {(obj.project, obj.name): obj for obj in held}
     for reported in request.services:
         spec = json_format.MessageToDict(reported.spec)
         namespace, service = str(spec.get("namespace", "")), str(spec.get("service", ""))
@@ -65,25 +72,27 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
             }
         )
         meta = resource.metadata
+        wire_spec = resource.spec.to_wire()
+        if (current := stored.get((project, meta.name))) is not None and _same(current, wire_spec, meta.labels):
+            continue
         await store.put(
-            KIND,
-            project,
-            meta.name,
-            spec=resource.spec.to_wire(),
-            labels=meta.labels,
-            origin=origin,
-            trace_context=current_carrier(),
+            KIND, project, meta.name, spec=wire_spec, labels=meta.labels, origin=origin, trace_context=current_carrier()
         )
     for key in request.removed:
         await _delete(store, await projects.of(key.namespace), endpoint_name(cluster, key.namespace, key.name))
     if request.complete:
         present = {(key.namespace, key.name) for key in request.present}
-        held, _ = await store.list(KIND, where=lambda obj: obj.origin == origin)
         for obj in held:
             if (obj.spec["namespace"], obj.spec["service"]) not in present:
                 await _delete(store, obj.project, obj.name)
             elif obj.project != (project := await projects.of(obj.spec["namespace"])):
                 await _move(store, obj, project)
+
+
+def _same(stored: StoredObject, spec: dict, labels: dict[str, str]) -> bool:
+    """Whether writing `spec` and `labels` would change nothing (compared as the store keeps them: JSON)."""
+    plain_spec, plain_labels = json.loads(json.dumps([spec, labels]))
+    return stored.spec == plain_spec and stored.labels == plain_labels
 
 
 async def rehome(store: Store, namespace: str) -> None:

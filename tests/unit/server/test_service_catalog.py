@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import struct_pb2
+from prometheus_client import REGISTRY
 
 from meshplane.model.services import endpoint_name
 from meshplane.proto.v1 import control_plane_pb2
@@ -34,6 +35,11 @@ def reported(namespace: str, name: str, port: int = 8080, **labels: str) -> cont
 
 def report(cluster: str = "edge-1", **fields: Any) -> control_plane_pb2.ReportServicesRequest:
     return control_plane_pb2.ReportServicesRequest(cluster=cluster, **fields)
+
+
+def write_transactions() -> float:
+    """Store `put` transactions so far (an unchanged put is one too, though it records nothing)."""
+    return REGISTRY.get_sample_value("meshplane_store_transaction_duration_seconds_count", {"operation": "put"}) or 0.0
 
 
 async def endpoints(store: Store) -> dict[tuple[str, str], dict[str, Any]]:
@@ -109,3 +115,21 @@ async def test_a_complete_listing_also_puts_a_misplaced_endpoint_right(store: St
     await store.create("Project", "", "ops", spec={})  # without the move a project's creation makes
     await apply_report(store, "edge-1", report(complete=True, present=[Key(namespace="ops", name="db")]))
     assert list(await endpoints(store)) == [("ops", endpoint_name("edge-1", "ops", "db"))]
+
+
+async def test_a_repeated_complete_listing_writes_only_what_changed(store: Store) -> None:
+    services = [reported("shop", "orders"), reported("shop", "billing"), reported("other", "search")]
+    present = [Key(namespace="shop", name="orders"), Key(namespace="shop", name="billing")]
+    present.append(Key(namespace="other", name="search"))
+    await apply_report(store, "edge-1", report(services=services, present=present, complete=True))
+    before, puts = await store.current_revision(), write_transactions()
+
+    await apply_report(store, "edge-1", report(services=services, present=present, complete=True))
+    assert (await store.current_revision(), write_transactions()) == (before, puts)  # a restart: no writes
+
+    services[1] = reported("shop", "billing", port=9090)
+    await apply_report(store, "edge-1", report(services=services, present=present, complete=True))
+    assert await store.current_revision() == before + 1
+    stored = await endpoints(store)
+    billing = stored[("shop", endpoint_name("edge-1", "shop", "billing"))]
+    assert [port["port"] for port in billing["spec"]["ports"]] == [9090]
