@@ -131,7 +131,7 @@ def quiet_garbage_collector() -> None:
     counting as before; only cycles wait longer."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_THRESHOLDS[0], *GC_THRESHOLDS[1:])
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def ensure_default_project(store: Store) -> None:
