@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,6 @@ import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.auth.v3 import external_auth_pb2, external_auth_pb2_grpc
 from google.rpc import code_pb2
-from prometheus_client.parser import text_string_to_metric_families
 
 from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_NODE_CLUSTER
 from meshplane.proto.v1 import enforcer_pb2
@@ -22,6 +20,7 @@ from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
 from tests.harness.meshplane import MESHPLANE
+from tests.harness.metrics import sample, scrape
 from tests.harness.process import Process, free_port, port_open, running
 from tests.unit.enforcer.factories import api, application, by_type, check_request, key, subscription
 from tests.unit.xds.support import Recorder
@@ -90,17 +89,12 @@ class Enforcer:
             raise AssertionError(f"timed out waiting for {what}\n{self.process.log()[-4000:]}") from None
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
-            return response.read().decode()
+        return scrape(self.metrics_port)
 
     async def decisions(self, decision: str) -> float:
         """How many checks the enforcer has answered with `decision` so far."""
         text = await asyncio.to_thread(self.metrics)
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "meshplane_enforcer_decisions_total" and sample.labels == {"decision": decision}:
-                    return sample.value
-        return 0.0
+        return sample(text, "meshplane_enforcer_decisions_total", decision=decision)
 
 
 @contextlib.contextmanager
