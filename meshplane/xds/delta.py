@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
 
 from envoy.service.discovery.v3 import discovery_pb2
 from opentelemetry.trace import Span
 
+from meshplane.xds.acked import AckedVersions
 from meshplane.xds.push_trace import encode_traced, end_pushes
 from meshplane.xds.resource import VersionedResource
 from meshplane.xds.session import Session
@@ -35,7 +35,7 @@ class _TypeStream:
         self.names: set[str] = set()
         # What the client has, or was last sent; sending is driven by the difference to the cache.
         self.sent = held
-        self.acked = dict(held)
+        self.acked = AckedVersions(held)
         # Versions the client NACKed: never offered again while the cache still has them.
         self.rejected: dict[str, str] = {}
         self.pending: dict[str, _Sent] = {}
@@ -125,6 +125,8 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
     ) -> bytes:
         nonce = self.next_nonce()
         versions = {res.name: res.version for res in upserts}
+        for name in (*versions, *removed):
+            stream.acked.sending(name)
         stream.sent.update(versions)
         for name in removed:
             stream.sent.pop(name, None)
@@ -153,10 +155,11 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             await self.nacked(url, settled.versions, request.error_detail.message)
             return
         end_pushes(settled.spans)
-        stream.acked.update(settled.versions)
+        for name, version in settled.versions.items():
+            stream.acked.settle(name, version)
         for name in settled.removed:
-            stream.acked.pop(name, None)
-        await self.acked(url, MappingProxyType(stream.acked))
+            stream.acked.settle(name, None)
+        await self.acked(url, stream.acked)
 
     async def closed(self) -> None:
         for stream in self.types.values():
@@ -168,4 +171,4 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
     def _forget(stream: _TypeStream, name: str) -> None:
         """The client drops what it unsubscribed from; so do we."""
         stream.sent.pop(name, None)
-        stream.acked.pop(name, None)
+        stream.acked.forget(name)
