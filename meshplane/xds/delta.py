@@ -48,7 +48,7 @@ class _TypeStream:
 class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
     """One DeltaAggregatedResources stream."""
 
-    async def receive(self, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
+    async def receive(self, request: discovery_pb2.DeltaDiscoveryRequest) -> bool:
         url = request.type_url
         stream = self.types.get(url)
         held: frozenset[str] = frozenset()
@@ -58,8 +58,11 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             stream = _TypeStream(dict(request.initial_resource_versions), legacy)
             held = frozenset(stream.sent)
             self.track(url, stream)
-        elif request.response_nonce:
-            await self._settle(url, stream, request)
+        else:
+            if request.response_nonce:
+                await self._settle(url, stream, request)
+            if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
+                return False
         for name in request.resource_names_subscribe:
             if name == "*":
                 stream.full |= not stream.wildcard
@@ -79,6 +82,7 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
                     stream.forced.add(name)  # still covered by the wildcard: tell the client which way
                 else:
                     self._forget(stream, name)
+        return True
 
     def respond(self, generation: int) -> list[bytes]:
         responses = []

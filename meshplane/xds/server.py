@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -95,25 +94,21 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         compress_from = self._compress_from
         if compress_from is not None:
             context.set_compression(grpc.Compression.Gzip)
-        # One wake-up for both sources of work: a request read by the reader task, or a change of the group.
+        # One wake-up for both sources of work: a request that may change the answer, or a change of the group.
         wake = asyncio.Event()
-        inbox: deque[Any] = deque([request])
-        reader = asyncio.create_task(_read_into(requests, inbox, wake))
+        await session.receive(request)
+        reader = asyncio.create_task(_read_into(requests, session, wake))
         unsubscribe = self._cache.subscribe(group, wake.set)
         try:
             while True:
                 wake.clear()  # before looking: a change or request from here on wakes the wait below
-                while inbox:
-                    if (request := inbox.popleft()) is None:
-                        return  # the client closed its side
-                    await session.receive(request)
+                if reader.done():
+                    reader.result()  # the request stream failed: end with its error
+                    return  # the client closed its side
                 for response in session.respond(self._cache.generation(group)):
                     if compress_from is not None and len(response) < compress_from:
                         context.disable_next_message_compression()
                     yield response
-                if reader.done() and not inbox:
-                    reader.result()  # the request stream failed: end with its error
-                    return
                 await wake.wait()
         finally:
             unsubscribe()
@@ -122,13 +117,13 @@ class XdsServer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
             await session.closed()
 
 
-async def _read_into(requests: AsyncIterator[Any], inbox: deque[Any], wake: asyncio.Event) -> None:
-    """Queue every request the client sends, then None when it closes its side; wake the stream for each."""
+async def _read_into(requests: AsyncIterator[Any], session: Session[Any, Any], wake: asyncio.Event) -> None:
+    """Hand every request the client sends to the session as it comes (ACKs are settled here, without
+    waking the stream); wake the stream for those that may change its answer, and when the client is done."""
     try:
         async for request in requests:
-            inbox.append(request)
-            wake.set()
-        inbox.append(None)
+            if await session.receive(request):
+                wake.set()
     finally:
         wake.set()
 

@@ -63,8 +63,12 @@ class Session(ABC, Generic[Request, State]):
         self._nonces = 0
 
     @abstractmethod
-    async def receive(self, request: Request) -> None:
-        """Take one client request: settle its ACK/NACK and apply its subscription changes."""
+    async def receive(self, request: Request) -> bool:
+        """Take one client request: settle its ACK/NACK and apply its subscription changes.
+
+        True when the request may change what `respond` sends; a bare ACK or NACK cannot, so the
+        stream need not look again.
+        """
 
     @abstractmethod
     def respond(self, generation: int) -> list[bytes]:

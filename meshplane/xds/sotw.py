@@ -48,7 +48,7 @@ class _TypeStream:
 class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
     """One StreamAggregatedResources stream."""
 
-    async def receive(self, request: discovery_pb2.DiscoveryRequest) -> None:
+    async def receive(self, request: discovery_pb2.DiscoveryRequest) -> bool:
         url = request.type_url
         stream = self.types.get(url)
         first = stream is None
@@ -57,7 +57,7 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
             self.track(url, stream)
         elif request.response_nonce:
             if request.response_nonce != stream.nonce:
-                return  # stale: a newer response is on its way and its ACK will speak for the client
+                return False  # stale: a newer response is on its way and its ACK will speak for the client
             if not stream.settled:  # later requests may repeat the nonce just to change names
                 stream.settled = True
                 if request.HasField("error_detail"):
@@ -65,11 +65,13 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
                 else:
                     await self.acked(url, stream.sent)
         names = frozenset(request.resource_names)
+        before = stream.names
         stream.explicit = stream.explicit or bool(names)
         stream.names = None if "*" in names or not stream.explicit else names
         if first and stream.names is None and request.version_info:
             # A reconnecting wildcard client: versions are content hashes, so equal means current.
             stream.sent_version = request.version_info
+        return first or stream.names != before
 
     def respond(self, generation: int) -> list[bytes]:
         responses = []
