@@ -14,12 +14,14 @@ class CountersUnavailable(Exception):
 @dataclass(frozen=True, slots=True)
 class Hit:
     """`addend` hits on one counter: `key` (domain, then each entry's key and value) in the fixed
-    window starting at `window_start` and ending at `window_end` (Unix seconds)."""
+    window starting at `window_start` and ending at `window_end` (Unix seconds), under a limit of
+    `limit` hits per window (0: not known, count exactly)."""
 
     key: tuple[str, ...]
     window_start: int
     window_end: int
     addend: int
+    limit: int = 0
 
 
 class Counters(Protocol):

@@ -44,7 +44,7 @@ def hits_for(request: rls_pb2.RateLimitRequest, limits: Sequence[Limit | None], 
         start = now - now % limit.seconds
         key = (request.domain, *(part for entry in descriptor.entries for part in (entry.key, entry.value)))
         addend = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else 0
-        hits.append(Hit(key, start, start + limit.seconds, addend or default))
+        hits.append(Hit(key, start, start + limit.seconds, addend or default, limit.requests_per_unit))
     return hits
 
 

@@ -2,17 +2,19 @@
 a bounded failure when Redis is away or stalls."""
 
 import asyncio
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from meshplane.ratelimiter.counters import CountersUnavailable, Hit
-from meshplane.ratelimiter.redis_counters import RedisCounters, redis_key
+from meshplane.ratelimiter.redis_counters import LEASE_FRACTION, RedisCounters, redis_key
 from tests.harness.process import free_port
-from tests.harness.redis import RedisServer
+from tests.harness.redis import RedisServer, start_redis
 
 NOW = 1_700_000_000
 
@@ -30,9 +32,9 @@ async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-def hit(domain: str, value: str, addend: int = 1, seconds: int = 60) -> Hit:
+def hit(domain: str, value: str, addend: int = 1, seconds: int = 60, limit: int = 0) -> Hit:
     start = NOW - NOW % seconds
-    return Hit((domain, "api", value), start, start + seconds, addend)
+    return Hit((domain, "api", value), start, start + seconds, addend, limit)
 
 
 async def test_replicas_on_one_redis_share_one_count(redis_server: RedisServer, domain: str) -> None:
@@ -117,3 +119,86 @@ async def test_a_redis_that_never_answers_fails_within_the_timeout(domain: str) 
         await server.wait_closed()
 
     assert time.monotonic() - started < 1.0
+
+
+async def test_under_a_large_limit_hits_are_reserved_ahead_and_counted_without_a_round_trip(
+    redis_server: RedisServer, redis: Redis, domain: str
+) -> None:
+    counters = RedisCounters(redis_server.url)
+    busy = hit(domain, "busy", limit=10 * LEASE_FRACTION)  # reserves 10 beyond each hit that goes to Redis
+    try:
+        before = script_calls(await redis.info("commandstats"))
+        totals = [(await counters.increment([busy], NOW))[0] for _ in range(30)]
+
+        assert totals == list(range(1, 31))
+        assert script_calls(await redis.info("commandstats")) == before + 3  # at hits 1, 12 and 23
+        assert int(await redis.get(redis_key(busy))) == 33  # taken: 30 counted and 3 still reserved
+    finally:
+        await counters.close()
+
+
+async def test_a_reservation_stops_at_the_limit(redis_server: RedisServer, redis: Redis, domain: str) -> None:
+    counters = RedisCounters(redis_server.url)
+    busy = hit(domain, "near", limit=10 * LEASE_FRACTION)
+    await redis.set(redis_key(busy), busy.limit - 5)
+    try:
+        totals = [(await counters.increment([busy], NOW))[0] for _ in range(6)]
+
+        assert totals == [busy.limit - 4, busy.limit - 3, busy.limit - 2, busy.limit - 1, busy.limit, busy.limit + 1]
+        assert int(await redis.get(redis_key(busy))) == busy.limit + 1  # 4 reserved, not 10; then one refused
+    finally:
+        await counters.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_replicas_that_reserve_ahead_never_let_more_than_the_limit_through(
+    redis_server: RedisServer, domain: str, seed: int
+) -> None:
+    limit = 3 * LEASE_FRACTION
+    replicas = [RedisCounters(redis_server.url) for _ in range(3)]
+    choose = random.Random(seed)
+    try:
+        let_through = 0
+        for _ in range(2 * limit):
+            replica = choose.choice(replicas)
+            addend = choose.choice((1, 1, 1, 2))
+            [total] = await replica.increment([hit(domain, "shared", addend, limit=limit)], NOW)
+            let_through += addend if total <= limit else 0
+    finally:
+        for replica in replicas:
+            await replica.close()
+
+    # What a replica reserved and did not use is refused to others: at most 1/LEASE_FRACTION each.
+    assert limit - len(replicas) * (limit // LEASE_FRACTION + 1) <= let_through <= limit
+
+
+async def test_a_limit_below_the_lease_fraction_is_counted_exactly_by_each_replica(
+    redis_server: RedisServer, redis: Redis, domain: str
+) -> None:
+    one, two = RedisCounters(redis_server.url), RedisCounters(redis_server.url)
+    small = hit(domain, "small", limit=LEASE_FRACTION - 1)
+    try:
+        totals = [(await replica.increment([small], NOW))[0] for replica in (one, two, one, two)]
+
+        assert totals == [1, 2, 3, 4]
+        assert int(await redis.get(redis_key(small))) == 4
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_reserved_hits_are_answered_while_redis_is_away_and_end_with_their_window(
+    tmp_path: Path, domain: str
+) -> None:
+    busy = hit(domain, "busy", limit=2 * LEASE_FRACTION)
+    with start_redis(tmp_path) as own_redis:
+        counters = RedisCounters(own_redis.url, timeout=0.3)
+        assert await counters.increment([busy], NOW) == [1]
+    try:  # Redis has stopped
+        assert [(await counters.increment([busy], NOW))[0] for _ in range(2)] == [2, 3]
+        with pytest.raises(CountersUnavailable):
+            await counters.increment([busy], NOW)
+        with pytest.raises(CountersUnavailable):
+            await counters.increment([busy], busy.window_end)  # the next window has no reservation
+    finally:
+        await counters.close()
