@@ -101,6 +101,61 @@ def _changed_names(old: Mapping[str, VersionedResource], new: Mapping[str, Versi
     return changed
 
 
+def _same(one: Mapping[str, VersionedResource], other: Mapping[str, VersionedResource]) -> bool:
+    """The same resource objects under the same names (identity, not content: cheap, and enough for
+    sets built from one projection)."""
+    return len(one) == len(other) and all(other.get(name) is res for name, res in one.items())
+
+
+def _same_edits(one: list[VersionedResource | str], other: list[VersionedResource | str]) -> bool:
+    """The same resource objects upserted and the same names removed, in the same order."""
+    return len(one) == len(other) and all(
+        a is b or (isinstance(a, str) and a == b) for a, b in zip(one, other, strict=True)
+    )
+
+
+class _SetSharing:
+    """Hands groups that end up with the same set of a type one shared dict instead of a copy each.
+
+    A fleet placed alike is updated one group after another with the same change, so remembering the
+    last change made (per type) and the last whole set stored (per type) finds nearly every repeat.
+    Sets are never mutated once stored, which is what makes sharing them safe.
+    """
+
+    __slots__ = ("_sets", "_updates")
+
+    def __init__(self) -> None:
+        self._updates: dict[
+            str, tuple[dict[str, VersionedResource], list[VersionedResource | str], dict[str, VersionedResource]]
+        ] = {}
+        """type URL -> (set before, what changed: resource upserted or name removed, set after)."""
+        self._sets: dict[str, dict[str, VersionedResource]] = {}
+
+    def updated(
+        self, type_url: str, old: dict[str, VersionedResource], edits: list[VersionedResource | str]
+    ) -> dict[str, VersionedResource]:
+        """`old` with `edits` applied: a resource replaces the one of its name, a name is removed."""
+        last = self._updates.get(type_url)
+        if last is not None and last[0] is old and _same_edits(last[1], edits):
+            return last[2]
+        new = dict(old)
+        for edit in edits:
+            if isinstance(edit, str):
+                del new[edit]
+            else:
+                new[edit.name] = edit
+        self._updates[type_url] = (old, edits, new)
+        return new
+
+    def whole(self, type_url: str, new: dict[str, VersionedResource]) -> dict[str, VersionedResource]:
+        """`new`, or an equal set already stored for another group."""
+        last = self._sets.get(type_url)
+        if last is not None and _same(last, new):
+            return last
+        self._sets[type_url] = new
+        return new
+
+
 class _Group:
     __slots__ = ("generation", "types")
 
@@ -123,6 +178,7 @@ class ResourceCache:
         self._groups: dict[str, _Group] = {}
         self._listeners: dict[str, set[Callable[[], None]]] = {}
         self._stamp: float | None = None
+        self._sharing = _SetSharing()
 
     @contextlib.contextmanager
     def stamped(self, at: float | None) -> Iterator[None]:
@@ -147,20 +203,18 @@ class ResourceCache:
         removals: Iterable[str] = (),
     ) -> None:
         """Add or replace some resources of one type and remove others (removals win)."""
-        old = self.resources(group, type_url)
+        state = self._state(group, type_url)
+        old = state.resources if state is not None else {}
         gone = set(removals)
         fresh = {res.name: res for res in upserts if res.name not in gone}
-        changed = [name for name, res in fresh.items() if (was := old.get(name)) is None or was.version != res.version]
-        changed.extend(name for name in gone if name in old)
-        if not changed and self.knows(group, type_url):
+        edits: list[VersionedResource | str] = [
+            res for name, res in fresh.items() if (was := old.get(name)) is None or was.version != res.version
+        ]
+        edits.extend(name for name in gone if name in old)
+        if not edits and state is not None:
             return
-        new = dict(old)
-        for name in changed:
-            if name in gone:
-                del new[name]
-            else:
-                new[name] = fresh[name]
-        self._commit(group, {type_url: (new, changed)})
+        new = self._sharing.updated(type_url, old, edits)
+        self._commit(group, {type_url: (new, [edit if isinstance(edit, str) else edit.name for edit in edits])})
 
     def set_snapshot(self, group: str, snapshot: Mapping[str, Mapping[str, VersionedResource]]) -> None:
         """Replace all types of a group at once: one generation, one wake-up.
@@ -170,7 +224,7 @@ class ResourceCache:
         known = self._groups[group].types if group in self._groups else {}
         changes = {}
         for url in {*snapshot, *known}:
-            new = dict(snapshot.get(url, _EMPTY))
+            new = self._sharing.whole(url, dict(snapshot.get(url, _EMPTY)))
             changes[url] = (new, _changed_names(self.resources(group, url), new))
         self._commit(group, changes)
 

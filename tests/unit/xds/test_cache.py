@@ -1,6 +1,8 @@
 import asyncio
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from meshplane.xds.cache import ResourceCache
 
@@ -27,6 +29,13 @@ def test_update_upserts_and_removes_with_removals_winning():
     cache.set_type("g", STRING, {"a": text("a"), "b": text("b")})
     cache.update("g", STRING, upserts=[text("c"), text("b", "gone anyway")], removals=["a", "b"])
     assert dict(cache.resources("g", STRING)) == {"c": text("c")}
+
+
+def test_the_last_upsert_of_a_name_wins_even_when_it_restores_what_was_held():
+    cache = ResourceCache()
+    cache.set_type("g", STRING, {"b": text("b", "1")})
+    cache.update("g", STRING, upserts=[text("b", "2"), text("b", "1")])
+    assert dict(cache.resources("g", STRING)) == {"b": text("b", "1")}
 
 
 def test_snapshot_replaces_every_type_in_one_generation():
@@ -120,3 +129,53 @@ def test_dropped_group_refilled_later_still_moves_forward():
     cache.set_type("g", STRING, {"b": text("b")})
     assert cache.generation("g") > seen
     assert cache.changed_since("g", STRING, seen) is None  # what was dropped is unknown: diff in full
+
+
+def test_groups_given_the_same_sets_and_changes_share_one_copy():
+    cache = ResourceCache()
+    placed = {name: text(name) for name in ("a", "b", "c")}
+    for group in ("one", "two", "three"):
+        cache.set_snapshot(group, {STRING: placed})
+    changed = text("b", "changed")
+    for group in ("one", "two"):
+        cache.update(group, STRING, upserts=[changed], removals=["c"])
+
+    shared = cache._state("one", STRING).resources
+    assert cache._state("two", STRING).resources is shared
+    assert cache._state("three", STRING).resources is not shared
+    assert dict(cache.resources("three", STRING)) == placed
+    assert dict(cache.resources("two", STRING)) == {"a": text("a"), "b": changed}
+
+
+GROUPS = st.sampled_from(["g1", "g2", "g3"])
+RESOURCES = st.builds(text, st.sampled_from(["a", "b", "c"]), st.sampled_from(["1", "2"]))
+STEPS = st.lists(
+    st.tuples(
+        st.sets(GROUPS, min_size=1),
+        st.lists(RESOURCES, max_size=2),
+        st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+        st.booleans(),
+    ),
+    max_size=25,
+)
+
+
+@given(steps=STEPS)
+def test_sharing_sets_never_lets_one_groups_change_reach_another(steps):
+    cache = ResourceCache()
+    expected: dict[str, dict[str, str]] = {}
+    for groups, upserts, removals, whole in steps:
+        for group in sorted(groups):
+            held = expected.setdefault(group, {})
+            if whole:
+                snapshot = {res.name: res for res in upserts if res.name not in removals}
+                cache.set_snapshot(group, {STRING: snapshot})
+                held.clear()
+                held.update({name: res.version for name, res in snapshot.items()})
+            else:
+                cache.update(group, STRING, upserts=upserts, removals=removals)
+                held.update({res.name: res.version for res in upserts})
+                for name in removals:
+                    held.pop(name, None)
+        for group, held in expected.items():
+            assert {name: res.version for name, res in cache.resources(group, STRING).items()} == held
