@@ -58,6 +58,13 @@ def deliver(info: KindInfo, stored: StoredObject, trace: Mapping[str, str] | Non
     return DeliveredObject(info, packed, placement_of(resource), resource.spec, stored.revision, stored.updated_at)
 
 
+def _placed_with(before: frozenset[str], cluster: str, selected: bool) -> frozenset[str]:
+    """`before` with `cluster` in it or out of it; `before` itself when that changes nothing."""
+    if selected == (cluster in before):
+        return before
+    return before | {cluster} if selected else before - {cluster}
+
+
 class FleetProjection:
     def __init__(self, cache: ResourceCache):
         self.cache = cache
@@ -117,7 +124,12 @@ class FleetProjection:
             if (delivered := self._deliver(stored, traces.get((stored.kind, stored.project, stored.name)))) is not None:
                 self.objects[(stored.kind, stored.project, stored.name)] = delivered
                 self._index((stored.kind, stored.project, stored.name), True)
-        self.placed = {key: self._placement(obj) for key, obj in self.objects.items() if key[0] not in FOLLOWERS}
+        alike: dict[frozenset[str], frozenset[str]] = {}  # one set object per distinct placement
+        self.placed = {}
+        for key, obj in self.objects.items():
+            if key[0] not in FOLLOWERS:
+                placed = self._placement(obj)
+                self.placed[key] = alike.setdefault(placed, placed)
         for project in list(self._related):
             self.placed.update(self._follow(project))
         self._dirty.update(self.objects)
@@ -201,15 +213,18 @@ class FleetProjection:
         return {type_url: dict(self.cache.resources(cluster, type_url)) for type_url in DELIVERED_TYPE_URLS}
 
     def _replace_cluster(self, name: str) -> None:
+        labels = self.clusters.get(name)
+        # Objects placed alike go on sharing one set: each distinct (set before, selected) is made once.
+        moved: dict[tuple[frozenset[str], bool], frozenset[str]] = {}
         for key, obj in self.objects.items():
             if key[0] in FOLLOWERS:
                 continue
-            placed = set(self.placed.get(key, frozenset()))
-            if name in self.clusters and obj.placement.selects(name, self.clusters[name]):
-                placed.add(name)
-            else:
-                placed.discard(name)
-            self.placed[key] = frozenset(placed)
+            before = self.placed.get(key, frozenset())
+            selected = labels is not None and obj.placement.selects(name, labels)
+            after = moved.get((before, selected))
+            if after is None:
+                after = moved[(before, selected)] = _placed_with(before, name, selected)
+            self.placed[key] = after
         for project in list(self._related):
             self.placed.update(self._follow(project))
         self._dirty.update(self.objects)

@@ -139,6 +139,18 @@ def test_an_object_is_packed_once_and_shared_by_every_cluster() -> None:
     assert all(p is packed[0] for p in packed)
 
 
+def test_objects_placed_alike_keep_one_placement_set_as_clusters_come_and_go() -> None:
+    projection = FleetProjection(ResourceCache())
+    projection.reset([api(name, {}) for name in ("orders", "items", "carts")], [stored("Cluster", CLUSTERS[0])])
+    for cluster in CLUSTERS[1:]:
+        projection.upsert_cluster(cluster, {})
+    projection.remove_cluster(CLUSTERS[0])
+
+    sets = [projection.placed[("API", "shop", name)] for name in ("orders", "items", "carts")]
+    assert sets[0] == frozenset(CLUSTERS[1:])
+    assert all(placed is sets[0] for placed in sets)
+
+
 def test_an_unchanged_object_does_not_wake_any_cluster() -> None:
     cache = ResourceCache()
     projection = FleetProjection(cache)
