@@ -225,9 +225,14 @@ class FleetProjection:
             if after is None:
                 after = moved[(before, selected)] = _placed_with(before, name, selected)
             self.placed[key] = after
+            if after is not before:
+                self._dirty.add(key)  # only what moved needs its status rolled up again
         for project in list(self._related):
-            self.placed.update(self._follow(project))
-        self._dirty.update(self.objects)
+            for key, after in self._follow(project).items():
+                before = self.placed.get(key, frozenset())
+                if after is not before and after != before:
+                    self._dirty.add(key)
+                self.placed[key] = after
         self._publish_cluster(name)
 
     def _publish_cluster(self, cluster: str) -> None:

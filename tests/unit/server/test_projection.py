@@ -151,6 +151,20 @@ def test_objects_placed_alike_keep_one_placement_set_as_clusters_come_and_go() -
     assert all(placed is sets[0] for placed in sets)
 
 
+def test_a_cluster_change_marks_for_status_only_the_objects_it_moves() -> None:
+    projection = FleetProjection(ResourceCache())
+    everywhere, eu_only = api("orders", {}), api("items", {"clusterSelector": {"matchLabels": {"region": "eu"}}})
+    projection.reset([everywhere, eu_only], [stored("Cluster", c) for c in CLUSTERS])
+    projection.take_dirty()
+
+    projection.upsert_cluster("edge-1", {"region": "eu"})
+    assert projection.take_dirty() == {("API", "shop", "items")}
+    projection.upsert_cluster("edge-1", {"region": "eu", "tier": "edge"})
+    assert projection.take_dirty() == set()
+    projection.remove_cluster("edge-2")
+    assert projection.take_dirty() == {("API", "shop", "orders")}
+
+
 def test_an_unchanged_object_does_not_wake_any_cluster() -> None:
     cache = ResourceCache()
     projection = FleetProjection(cache)
