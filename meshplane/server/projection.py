@@ -224,16 +224,18 @@ class FleetProjection:
             after = moved.get((before, selected))
             if after is None:
                 after = moved[(before, selected)] = _placed_with(before, name, selected)
-            self.placed[key] = after
-            if after is not before:
-                self._dirty.add(key)  # only what moved needs its status rolled up again
+            self._place(key, after)
         for project in list(self._related):
             for key, after in self._follow(project).items():
-                before = self.placed.get(key, frozenset())
-                if after is not before and after != before:
-                    self._dirty.add(key)
-                self.placed[key] = after
+                self._place(key, after)
         self._publish_cluster(name)
+
+    def _place(self, key: ObjectKey, after: frozenset[str]) -> None:
+        """Record where an object is now; only one that moved needs its status rolled up again."""
+        before = self.placed.get(key, frozenset())
+        if after is not before and after != before:
+            self._dirty.add(key)
+        self.placed[key] = after
 
     def _publish_cluster(self, cluster: str) -> None:
         snapshot: dict[str, dict[str, VersionedResource]] = {info.type_url: {} for info in REGISTRY.delivered()}

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from meshplane.dataplane import RATELIMIT_DOMAIN
 from tests.e2e.test_access import IdentityProvider, data_plane, declare
 from tests.harness.envoy import EnvoyProcess
 from tests.harness.gateway import Gateway, status
 from tests.harness.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
+from tests.harness.metrics import Scrape
 from tests.harness.process import Process, wait_until
 from tests.harness.redis import RedisServer
 from tests.harness.upstream import run_upstream
@@ -36,32 +36,6 @@ OBJECT_NAMES = {"signed", "opaque", "users", "limited", "local", "cors", "good",
 }
 """What `declare` names its objects: never a label value."""
 REPORT = "/meshplane.v1.ControlPlane/ReportStatus"
-
-
-class Sample(NamedTuple):
-    name: str
-    labels: Mapping[str, str]
-    value: float
-
-
-class Scrape:
-    """One /metrics answer, parsed."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.families = {family.name: family for family in text_string_to_metric_families(text)}
-        self.samples = [
-            Sample(sample.name, sample.labels, sample.value)
-            for family in self.families.values()
-            for sample in family.samples
-        ]
-
-    def total(self, name: str, **labels: str) -> float:
-        """The sum of the samples of `name` whose labels include `labels`; 0.0 for none."""
-        return sum(s.value for s in self.samples if s.name == name and labels.items() <= s.labels.items())
-
-    def has(self, name: str, **labels: str) -> bool:
-        return any(s.name == name and labels.items() <= s.labels.items() for s in self.samples)
 
 
 @dataclass

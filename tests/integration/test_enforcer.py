@@ -20,7 +20,7 @@ from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
 from tests.harness.meshplane import MESHPLANE
-from tests.harness.metrics import sample, scrape
+from tests.harness.metrics import Scrape, scrape
 from tests.harness.process import Process, free_port, port_open, running
 from tests.unit.enforcer.factories import api, application, by_type, check_request, key, subscription
 from tests.unit.xds.support import Recorder
@@ -94,7 +94,7 @@ class Enforcer:
     async def decisions(self, decision: str) -> float:
         """How many checks the enforcer has answered with `decision` so far."""
         text = await asyncio.to_thread(self.metrics)
-        return sample(text, "meshplane_enforcer_decisions_total", decision=decision)
+        return Scrape(text).total("meshplane_enforcer_decisions_total", decision=decision)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import pack
 from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
 from tests.harness.meshplane import MESHPLANE
-from tests.harness.metrics import sample, scrape
+from tests.harness.metrics import Scrape, scrape
 from tests.harness.process import Process, free_port, port_open, running
 from tests.harness.redis import RedisServer
 from tests.unit.ratelimiter.support import OK, OVER_LIMIT, config, node, policy, request
@@ -124,7 +124,7 @@ class LimiterProcess:
     async def decisions(self, code: str) -> float:
         """How many of domain shop's descriptors the limiter has answered with `code` so far."""
         text = await asyncio.to_thread(self.metrics)
-        return sample(text, "meshplane_ratelimit_decisions_total", code=code, domain="shop")
+        return Scrape(text).total("meshplane_ratelimit_decisions_total", code=code, domain="shop")
 
 
 @contextlib.asynccontextmanager
