@@ -17,6 +17,7 @@ replicas may start refusing up to R/`LEASE_FRACTION` of the limit early. A limit
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -57,7 +58,13 @@ many hits were reserved ahead (fewer than asked when the limit is near, none onc
 def redis_key(hit: Hit) -> str:
     """`meshplane:rl:<domain>:<key>:<value>…:<window start>`, each part percent-encoded so none can
     run into the next."""
-    return KEY_PREFIX + ":".join(quote(part, safe="") for part in hit.key) + f":{hit.window_start}"
+    return f"{_counter_prefix(hit.key)}:{hit.window_start}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _counter_prefix(key: tuple[str, ...]) -> str:
+    """Encoded once per counter, not on every request that hits it."""
+    return KEY_PREFIX + ":".join(quote(part, safe="") for part in key)
 
 
 @dataclass(slots=True)
