@@ -46,7 +46,7 @@ def _project_dependency(info: KindInfo, writing: bool = False) -> Any:
     caller may read there, or (`writing`) change this kind there. Another project's objects answer 404."""
     if info.namespaced:
 
-        def project_of(
+        async def project_of(
             project: Annotated[str, Path(description="The project (tenant)")], principal: Caller
         ) -> str | None:
             if writing:
@@ -57,7 +57,7 @@ def _project_dependency(info: KindInfo, writing: bool = False) -> Any:
 
         return Depends(project_of)
 
-    def no_project(request: Request, principal: Caller) -> str | None:
+    async def no_project(request: Request, principal: Caller) -> str | None:
         if writing:
             require_write(principal, info.kind, None)
         if info.kind == "Project" and "name" in request.path_params:

@@ -6,6 +6,7 @@ every cluster it is placed on, and the xDS cache is updated only where something
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +75,8 @@ class FleetProjection:
         self._dirty: set[ObjectKey] = set()
         self._related: dict[str, set[ObjectKey]] = {}
         """project -> its APIs and followers: what a follower's placement is computed from."""
+        self._followers: Counter[str] = Counter()
+        """project -> how many followers it has: most changes need not compute followers at all."""
         self._routes: dict[str | None, dict[ObjectKey, APISpec]] = {}
         """APIs by route bucket (their basePath's first segment; None: templated): for write-time checks."""
         self._route_bucket: dict[ObjectKey, str | None] = {}
@@ -83,8 +86,7 @@ class FleetProjection:
 
     def _follow(self, project: str) -> dict[ObjectKey, frozenset[str]]:
         """Where the followers of `project` go now; nothing to compute for a project without followers."""
-        related = self._related.get(project, set())
-        if not any(key[0] in FOLLOWERS for key in related):
+        if not self._followers[project]:
             return {}
         return followers_placement(project, self._project_objects(project), self.placed)
 
@@ -94,10 +96,14 @@ class FleetProjection:
         if key[0] not in FOLLOWERS and key[0] != "API":
             return
         related = self._related.setdefault(key[1], set())
+        if present == (key in related):
+            return
         if present:
             related.add(key)
         else:
             related.discard(key)
+        if key[0] in FOLLOWERS:
+            self._followers[key[1]] += 1 if present else -1
 
     def _index_routes(self, key: ObjectKey, present: bool) -> None:
         if key in self._route_bucket:
@@ -117,7 +123,7 @@ class FleetProjection:
         `traces`: the context of the write that made each object what it is, where that write was traced."""
         self.clusters = {c.name: dict(c.labels) for c in clusters}
         self.objects = {}
-        self._related = {}
+        self._related, self._followers = {}, Counter()
         self._routes, self._route_bucket = {}, {}
         traces = traces or {}
         for stored in objects:
