@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,15 +91,32 @@ def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) 
     return tracer().start_as_current_span(f"meshplane.write {info.kind}", attributes=attributes)
 
 
-def _written(resource: Resource) -> dict[str, Any]:
-    """What a create or a put stores of a resource, with the trace its write belongs to."""
+def _written(resource: Resource, project: str | None) -> dict[str, Any]:
+    """What a create or a put stores of a resource, with the trace its write belongs to, and the project it
+    must be written within."""
     meta = resource.metadata
     return {
         "spec": resource.spec.to_wire(),
         "labels": meta.labels,
         "annotations": meta.annotations,
         "trace_context": current_carrier(),
+        "within": ("Project", "", project) if project is not None else None,
     }
+
+
+def _missing_project(project: str) -> Problem:
+    return Problem(404, f"project {project!r} not found")
+
+
+@contextmanager
+def _in_project(project: str | None) -> Iterator[None]:
+    """A write refused because its project is not there answers as a request to a missing project does."""
+    try:
+        yield
+    except NotFound as exc:
+        if project is not None and (exc.kind, exc.name) == ("Project", project):
+            raise _missing_project(project) from None
+        raise
 
 
 class ObjectService:
@@ -111,7 +128,7 @@ class ObjectService:
         try:
             await self.store.get("Project", "", project)
         except NotFound:
-            raise Problem(404, f"project {project!r} not found") from None
+            raise _missing_project(project) from None
 
     def validate(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
         """Check a document against its kind and against where it was sent (path project and name)."""
@@ -146,10 +163,8 @@ class ObjectService:
         return resource
 
     async def _admit(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
-        """The document as a resource that may be written: in a project that exists, valid, and clashing with
-        nothing stored."""
-        if project is not None:
-            await self.require_project(project)
+        """The document as a resource that may be written: valid, and clashing with nothing stored. That its
+        project exists is checked by the write itself (see `_in_project`), in the same transaction."""
         resource = self.validate(info, project, name, doc)
         await check_intent(self.store, resource)
         await check_access(self.store, resource, self.api_catalog)
@@ -160,7 +175,9 @@ class ObjectService:
             resource = await self._admit(info, project, None, doc)
             meta = resource.metadata
             span.set_attribute("meshplane.name", meta.name)
-            stored = await self.store.create(info.kind, meta.project or "", meta.name, **_written(resource))
+            with _in_project(project):
+                written = _written(resource, project)
+                stored = await self.store.create(info.kind, meta.project or "", meta.name, **written)
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -178,9 +195,10 @@ class ObjectService:
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
             expected = parse_revision(meta.resource_version)
-        stored, created = await self.store.put(
-            info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource)
-        )
+        with _in_project(project):
+            stored, created = await self.store.put(
+                info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource, project)
+            )
         if created:
             await self._project_changed(info, meta.name)
         return to_resource(info, stored), created

@@ -14,6 +14,9 @@ def _ref(kind: str, project: str, name: str) -> str:
 class NotFound(StoreError):
     def __init__(self, kind: str, project: str, name: str) -> None:
         super().__init__(f"{_ref(kind, project, name)} not found")
+        self.kind = kind
+        self.project = project
+        self.name = name
 
 
 class AlreadyExists(StoreError):

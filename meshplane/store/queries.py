@@ -11,6 +11,7 @@ from sqlalchemy import and_, bindparam, delete, func, insert, select, tuple_, up
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.store.batch import Change
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
 from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, tokens
 
@@ -32,8 +33,8 @@ def _key(kind: str, project: str, name: str) -> Any:
 
 
 async def next_revision(conn: AsyncConnection, count: int = 1) -> int:
-    """Allocate `count` revisions, the last of which is returned; on PostgreSQL this takes the `meta` row lock
-    that serializes writers until commit."""
+    """Allocate `count` revisions, the last of which is returned (on PostgreSQL under the `meta` row lock that
+    serializes writers until commit)."""
     statement = update(meta).where(meta.c.id == 1).values(revision=meta.c.revision + count).returning(meta.c.revision)
     return (await conn.execute(statement)).scalar_one()
 
@@ -70,11 +71,11 @@ async def load_many(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]])
     return found
 
 
-async def save(conn: AsyncConnection, obj: StoredObject, *, row_exists: bool) -> None:
-    if row_exists:
-        await rewrite(conn, [obj])
-    else:
-        await conn.execute(insert(objects).values(**_row(obj)))
+async def insert_objects(conn: AsyncConnection, born: Iterable[StoredObject]) -> None:
+    """Rows for objects that had none: one statement, executed once per row."""
+    rows = [_row(o) for o in born]
+    if rows:
+        await conn.execute(insert(objects), rows)
 
 
 async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> None:
@@ -89,21 +90,19 @@ async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> Non
         await conn.execute(statement, rows)
 
 
-async def append_events(
-    conn: AsyncConnection, changed: Iterable[StoredObject], op: str, trace_context: dict[str, Any] | None, at: datetime
-) -> None:
-    """One event per changed object, at the object's revision."""
+async def append_events(conn: AsyncConnection, changes: Iterable[Change], at: datetime) -> None:
+    """One event per change, at the revision the change took."""
     rows = [
         {
-            "revision": obj.revision,
-            "op": op,
-            "kind": obj.kind,
-            "project": obj.project,
-            "name": obj.name,
-            "trace_context": trace_context,
+            "revision": change.obj.revision,
+            "op": change.op,
+            "kind": change.obj.kind,
+            "project": change.obj.project,
+            "name": change.obj.name,
+            "trace_context": change.trace_context,
             "created_at": at,
         }
-        for obj in changed
+        for change in changes
     ]
     if rows:
         await conn.execute(insert(events), rows)

@@ -1,8 +1,10 @@
 """The store: objects and their event log, written so that revisions commit in order.
 
-Every write allocates the next global revision first, holding the database's single writer slot (the `meta`
-row lock on PostgreSQL, BEGIN IMMEDIATE on SQLite) until it commits the object row and its event together.
-Revisions therefore become visible in order, and a consumer tailing `events` by revision never skips one.
+Every write transaction first takes the database's single writer slot (the `meta` row lock on PostgreSQL,
+BEGIN IMMEDIATE on SQLite) and holds it until it commits the object rows, their events and the revisions they
+took together. Revisions therefore become visible in order, and a consumer tailing `events` by revision never
+skips one. Object writes that arrive while one transaction runs wait and share the next (see `batch`): the
+slot is held once per group rather than once per write.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
-from uuid import uuid4
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 import asyncpg
 from sqlalchemy import text
@@ -26,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
+from meshplane.store.batch import Change, Decided, Key, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
@@ -33,6 +35,8 @@ from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
 NOTIFY_CHANNEL = "meshplane_events"
 _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
+_GROUP_LIMIT = 256
+"""Writes committed together at most: a bound on one transaction's size and on the wait of the last in it."""
 
 
 def _plain(value: dict[str, Any]) -> dict[str, Any]:
@@ -68,67 +72,13 @@ class _Report:
     done: asyncio.Future[bool]
 
 
-@dataclass(slots=True)
-class _Write:
-    """One write transaction: its connection, the revision it allocated, and whether it changed anything."""
+@dataclass(frozen=True, slots=True)
+class _Pending(Generic[_R]):
+    """One writer's decision waiting for its group's transaction, and the writer waiting for what it came to."""
 
-    conn: AsyncConnection
-    revision: int
-    now: datetime
-    changed: bool = False
-    last: int = 0
-    """The last revision this write holds (more than one when it changes several objects)."""
-
-    def __post_init__(self) -> None:
-        self.last = self.revision
-
-    async def record(
-        self, obj: StoredObject, op: str, trace_context: dict[str, Any] | None, *, row_exists: bool
-    ) -> StoredObject:
-        await queries.save(self.conn, obj, row_exists=row_exists)
-        await queries.append_events(self.conn, [obj], op, trace_context, self.now)
-        self.changed = True
-        return obj
-
-    def born(
-        self, kind: str, project: str, name: str, spec: dict, labels: dict, annotations: dict, origin: str | None
-    ) -> StoredObject:
-        return StoredObject(
-            kind=kind,
-            project=project,
-            name=name,
-            uid=str(uuid4()),
-            revision=self.revision,
-            generation=1,
-            origin=origin,
-            labels=labels,
-            annotations=annotations,
-            spec=spec,
-            status={},
-            created_at=self.now,
-            updated_at=self.now,
-            deleted=False,
-        )
-
-    def changed_from(self, obj: StoredObject, **fields: Any) -> StoredObject:
-        return replace(obj, revision=self.revision, updated_at=self.now, **fields)
-
-    async def record_statuses(
-        self, changes: builtins.list[tuple[StoredObject, dict[str, Any]]]
-    ) -> builtins.list[StoredObject]:
-        """New statuses of existing objects, each under its own revision and status event, in the order given."""
-        if not changes:
-            return []
-        if len(changes) > 1:
-            self.last = await queries.next_revision(self.conn, len(changes) - 1)
-        changed = [
-            replace(obj, status=status, revision=self.revision + index, updated_at=self.now)
-            for index, (obj, status) in enumerate(changes)
-        ]
-        await queries.rewrite(self.conn, changed)
-        await queries.append_events(self.conn, changed, "status", None, self.now)
-        self.changed = True
-        return changed
+    keys: builtins.list[Key]
+    decision: Callable[[WriteBatch], _R]
+    done: asyncio.Future[Decided[_R]]
 
 
 class Store:
@@ -144,6 +94,8 @@ class Store:
         self._committed = 0
         """The newest revision this instance committed."""
         self._reports: builtins.list[_Report] = []
+        self._pending: builtins.list[_Pending[Any]] = []
+        self._committing: asyncio.Task[None] | None = None
         self._reporting: asyncio.Task[None] | None = None
         self._listener: Any = None
 
@@ -178,9 +130,10 @@ class Store:
         return cls(engines)
 
     async def close(self) -> None:
-        if self._reporting is not None:
-            with contextlib.suppress(Exception):
-                await self._reporting
+        for task in (self._committing, self._reporting):
+            if task is not None:
+                with contextlib.suppress(Exception):
+                    await task
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -209,15 +162,22 @@ class Store:
         annotations: dict[str, str] | None = None,
         origin: str | None = None,
         trace_context: dict | None = None,
+        within: Key | None = None,
     ) -> StoredObject:
-        """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1)."""
+        """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1).
+        `within`: an object that must be live when the write commits (NotFound of it otherwise), such as the
+        project the new object belongs to."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
-        async with self._writing_object(kind, project, name) as write:
-            current = await queries.load(write.conn, kind, project, name)
+
+        def decide(batch: WriteBatch) -> StoredObject:
+            _require(batch, within)
+            current = batch.current(kind, project, name)
             if current is not None and not current.deleted:
                 raise AlreadyExists(kind, project, name)
-            obj = write.born(kind, project, name, spec, labels, annotations, origin)
-            return await write.record(obj, "create", trace_context, row_exists=current is not None)
+            obj = batch.born(kind, project, name, spec, labels, annotations, origin)
+            return batch.record(obj, "create", trace_context)
+
+        return await self._write_object(kind, project, name, decide, within)
 
     @_timed
     async def put(
@@ -232,26 +192,25 @@ class Store:
         origin: str | None = None,
         expected_revision: int | None = None,
         trace_context: dict | None = None,
+        within: Key | None = None,
     ) -> tuple[StoredObject, bool]:
-        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event."""
+        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`:
+        as for `create`."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
-        async with self._writing_object(kind, project, name) as write:
-            current = await queries.load(write.conn, kind, project, name)
+
+        def decide(batch: WriteBatch) -> tuple[StoredObject, bool]:
+            _require(batch, within)
+            current = batch.current(kind, project, name)
             if current is None or current.deleted:
                 if expected_revision is not None:
                     raise NotFound(kind, project, name)
-                obj = write.born(kind, project, name, spec, labels, annotations, origin)
-                return await write.record(obj, "create", trace_context, row_exists=current is not None), True
+                obj = batch.born(kind, project, name, spec, labels, annotations, origin)
+                return batch.record(obj, "create", trace_context), True
             _check_expected(current, expected_revision)
-            unchanged = (spec, labels, annotations, origin) == (
-                current.spec,
-                current.labels,
-                current.annotations,
-                current.origin,
-            )
-            if unchanged:
+            unchanged = (current.spec, current.labels, current.annotations, current.origin)
+            if (spec, labels, annotations, origin) == unchanged:
                 return current, False
-            obj = write.changed_from(
+            obj = batch.changed_from(
                 current,
                 spec=spec,
                 labels=labels,
@@ -259,7 +218,9 @@ class Store:
                 origin=origin,
                 generation=current.generation + (spec != current.spec),
             )
-            return await write.record(obj, "update", trace_context, row_exists=True), False
+            return batch.record(obj, "update", trace_context), False
+
+        return await self._write_object(kind, project, name, decide, within)
 
     @_timed
     async def delete(
@@ -272,50 +233,52 @@ class Store:
         trace_context: dict | None = None,
     ) -> StoredObject:
         """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it."""
-        async with self._writing_object(kind, project, name) as write:
-            current = await _live(write.conn, kind, project, name)
+
+        def decide(batch: WriteBatch) -> StoredObject:
+            current = _live(batch.current(kind, project, name), kind, project, name)
             _check_expected(current, expected_revision)
-            obj = write.changed_from(current, deleted=True)
-            return await write.record(obj, "delete", trace_context, row_exists=True)
+            return batch.record(batch.changed_from(current, deleted=True), "delete", trace_context)
+
+        return await self._write_object(kind, project, name, decide)
 
     @_timed
     async def set_status(self, kind: str, project: str, name: str, status: dict) -> StoredObject:
         """Replace the status under its own event op, so consumers of spec can skip status-only changes."""
         status = _plain(status)
-        async with self._writing() as write:
-            current = await _live(write.conn, kind, project, name)
-            if status == current.status:
-                return current
-            [obj] = await write.record_statuses([(current, status)])
-            return obj
+
+        def decide(batch: WriteBatch) -> StoredObject:
+            current = _live(batch.current(kind, project, name), kind, project, name)
+            return _record_status(batch, current, status)
+
+        return await self._write([(kind, project, name)], decide)
 
     @_timed
     async def merge_status(self, kind: str, project: str, name: str, fields: dict) -> StoredObject:
         """Set some status fields, keeping the others, atomically: writers of different fields (presence,
         roll-up, reports) never undo each other."""
         fields = _plain(fields)
-        async with self._writing() as write:
-            current = await _live(write.conn, kind, project, name)
-            status = {**current.status, **fields}
-            if status == current.status:
-                return current
-            [obj] = await write.record_statuses([(current, status)])
-            return obj
+
+        def decide(batch: WriteBatch) -> StoredObject:
+            current = _live(batch.current(kind, project, name), kind, project, name)
+            return _record_status(batch, current, {**current.status, **fields})
+
+        return await self._write([(kind, project, name)], decide)
 
     @_timed
     async def merge_statuses(self, kind: str, project: str, changes: Mapping[str, dict]) -> int:
         """`merge_status` of many objects of one kind and project (name -> fields) in one transaction, each
         change under its own revision; names that are not there are skipped. How many statuses changed."""
         fields = {name: _plain(value) for name, value in changes.items()}
-        async with self._writing() as write:
-            found = await queries.load_many(write.conn, [(kind, project, name) for name in fields])
-            updated = []
-            for obj in sorted(found, key=lambda o: o.name):
-                status = {**obj.status, **fields[obj.name]}
-                if not obj.deleted and status != obj.status:
-                    updated.append((obj, status))
-            await write.record_statuses(updated)
-        return len(updated)
+
+        def decide(batch: WriteBatch) -> int:
+            updated = 0
+            for name in sorted(fields):
+                current = batch.current(kind, project, name)
+                if current is not None and not current.deleted:
+                    updated += _record_status(batch, current, {**current.status, **fields[name]}) is not current
+            return updated
+
+        return await self._write([(kind, project, name) for name in fields], decide)
 
     @_timed
     async def compact(self, keep_after: int) -> int:
@@ -432,7 +395,7 @@ class Store:
     @_timed
     async def get(self, kind: str, project: str, name: str) -> StoredObject:
         async with self._reading() as conn:
-            return await _live(conn, kind, project, name)
+            return _live(await queries.load(conn, kind, project, name), kind, project, name)
 
     @_timed
     async def get_many(self, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], StoredObject]:
@@ -541,37 +504,91 @@ class Store:
         async with self._write_lock, self._engines.write.connect() as conn:
             yield conn
 
-    @contextlib.asynccontextmanager
-    async def _writing(self) -> AsyncIterator[_Write]:
-        """A write holding the next revision; committed only if it recorded a change, else rolled back."""
-        async with self._exclusive() as conn:
-            revision = await queries.next_revision(conn)
-            write = _Write(conn, revision, datetime.now(UTC))
-            yield write
-            if write.changed:
-                if self.dialect == "postgresql":
-                    # Delivered at commit: other replicas' waits wake without polling.
-                    await conn.execute(
-                        text("SELECT pg_notify(:channel, :revision)"),
-                        {"channel": NOTIFY_CHANNEL, "revision": str(write.last)},
-                    )
-                await conn.commit()
-        if write.changed:
-            self._committed = max(self._committed, write.last)
-            self._wake()
-
-    @contextlib.asynccontextmanager
-    async def _writing_object(self, kind: str, project: str, name: str) -> AsyncIterator[_Write]:
-        """`_writing` for a change of an object's content, in a span (the child of the write that asked for it)."""
+    async def _write_object(
+        self, kind: str, project: str, name: str, decision: Callable[[WriteBatch], _R], within: Key | None = None
+    ) -> _R:
+        """`_write` of one object's content, in a span (the child of the write that asked for it)."""
         attributes = {"db.system.name": self.dialect, "meshplane.kind": kind, "meshplane.name": name}
         if project:
             attributes["meshplane.project"] = project
         with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
-            async with self._writing() as write:
-                yield write
-            span.set_attribute("meshplane.changed", write.changed)
-            if write.changed:
-                span.set_attribute("meshplane.revision", write.revision)
+            changes: builtins.list[Change] = []
+
+            def recorded(batch: WriteBatch) -> _R:
+                mark = len(batch.changes)
+                result = decision(batch)
+                changes.extend(batch.changes[mark:])
+                return result
+
+            result = await self._write([(kind, project, name), *([within] if within else [])], recorded)
+            span.set_attribute("meshplane.changed", bool(changes))
+            if changes:
+                span.set_attribute("meshplane.revision", changes[0].obj.revision)
+            return result
+
+    async def _write(self, keys: builtins.list[Key], decision: Callable[[WriteBatch], _R]) -> _R:
+        """Run `decision` on the objects named by `keys`, in the next group commit; what it returned, once what
+        it recorded is committed (or the error it raised, which commits nothing of it)."""
+        done: asyncio.Future[Decided[_R]] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(keys, decision, done))
+        if self._committing is None or self._committing.done():
+            self._committing = asyncio.create_task(self._commit_pending(), name="store-writes")
+        decided = await asyncio.shield(done)
+        if decided.error is not None:
+            raise decided.error
+        return cast(_R, decided.result)
+
+    async def _commit_pending(self) -> None:
+        """Commit waiting writes group after group: a lone write goes at once, and writes that arrive while a
+        group commits share the next transaction."""
+        group: builtins.list[_Pending[Any]] = []
+        try:
+            while self._pending:
+                group, self._pending = self._pending[:_GROUP_LIMIT], self._pending[_GROUP_LIMIT:]
+                try:
+                    await self._commit_group(group)
+                except Exception as exc:
+                    if len(group) == 1:
+                        group[0].done.set_exception(exc)
+                        continue
+                    # One write the database refuses must not fail the others: each alone, with its own outcome.
+                    for pending in group:
+                        try:
+                            await self._commit_group([pending])
+                        except Exception as alone:
+                            pending.done.set_exception(alone)
+        except BaseException:
+            for pending in [*group, *self._pending]:
+                pending.done.cancel()
+            self._pending = []
+            raise
+
+    async def _commit_group(self, group: builtins.list[_Pending[Any]]) -> None:
+        """One transaction: the named rows read under the writer slot, the decisions run in order, and what
+        they recorded written with consecutive revisions (rolled back when nothing changed)."""
+        async with self._exclusive() as conn:
+            revision, _ = await queries.read_meta(conn, lock=True)
+            named = {key for pending in group for key in pending.keys}
+            batch = WriteBatch(revision, datetime.now(UTC), await queries.load_many(conn, named))
+            decided = [batch.decide(pending.decision) for pending in group]
+            if batch.changes:
+                fresh, existing = batch.rows()
+                await queries.insert_objects(conn, fresh)
+                await queries.rewrite(conn, existing)
+                await queries.append_events(conn, batch.changes, batch.now)
+                await queries.next_revision(conn, len(batch.changes))
+                if self.dialect == "postgresql":
+                    # Delivered at commit: other replicas' waits wake without polling.
+                    await conn.execute(
+                        text("SELECT pg_notify(:channel, :revision)"),
+                        {"channel": NOTIFY_CHANNEL, "revision": str(batch.revision)},
+                    )
+                await conn.commit()
+        if batch.changes:
+            self._committed = max(self._committed, batch.revision)
+            self._wake()
+        for pending, outcome in zip(group, decided, strict=True):
+            pending.done.set_result(outcome)
 
     @contextlib.asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
@@ -584,11 +601,23 @@ def _live_by_key(objects: Iterable[StoredObject]) -> dict[tuple[str, str, str], 
     return {(o.kind, o.project, o.name): o for o in objects if not o.deleted}
 
 
-async def _live(conn: AsyncConnection, kind: str, project: str, name: str) -> StoredObject:
-    obj = await queries.load(conn, kind, project, name)
+def _live(obj: StoredObject | None, kind: str, project: str, name: str) -> StoredObject:
+    """`obj`, the row found under the key, unless there is none or it is a tombstone."""
     if obj is None or obj.deleted:
         raise NotFound(kind, project, name)
     return obj
+
+
+def _require(batch: WriteBatch, within: Key | None) -> None:
+    if within is not None:
+        _live(batch.current(*within), *within)
+
+
+def _record_status(batch: WriteBatch, current: StoredObject, status: dict[str, Any]) -> StoredObject:
+    """A new status under its own revision and status event; `current` itself when it is the same."""
+    if status == current.status:
+        return current
+    return batch.record(batch.changed_from(current, status=status), "status")
 
 
 def _check_expected(obj: StoredObject, expected_revision: int | None) -> None:

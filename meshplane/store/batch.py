@@ -1,0 +1,115 @@
+"""Object writes decided together, in memory, before one transaction commits them all (group commit).
+
+Concurrent writers each hand the store a decision: a plain function that reads the objects it names as the
+writes before it in the group left them, and records what it changes. The store loads every named row once,
+under the writer slot, runs the decisions in arrival order, and commits the rows, events and revisions they
+recorded in one transaction. A decision that raises takes back only its own changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import uuid4
+
+from meshplane.store.records import StoredObject
+
+Key = tuple[str, str, str]
+"""(kind, project, name)"""
+
+_R = TypeVar("_R")
+
+
+def key_of(obj: StoredObject) -> Key:
+    return (obj.kind, obj.project, obj.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One recorded change: the object as it now is, the event op, and what it replaced (to take it back)."""
+
+    obj: StoredObject
+    op: str
+    trace_context: dict[str, Any] | None
+    before: StoredObject | None
+
+
+class WriteBatch:
+    """The named objects as the decisions so far left them, and every change they recorded, in order."""
+
+    def __init__(self, revision: int, now: datetime, rows: Iterable[StoredObject]) -> None:
+        self.revision = revision
+        """The last revision taken: the database's before any change, then the newest change's."""
+        self.now = now
+        self._current: dict[Key, StoredObject | None] = {key_of(row): row for row in rows}
+        self._stored = frozenset(self._current)
+        self.changes: list[Change] = []
+
+    def current(self, kind: str, project: str, name: str) -> StoredObject | None:
+        """The row, tombstone or not, as the decisions before this one left it."""
+        return self._current.get((kind, project, name))
+
+    def born(
+        self, kind: str, project: str, name: str, spec: dict, labels: dict, annotations: dict, origin: str | None
+    ) -> StoredObject:
+        """A new object at the next revision: new uid, generation 1."""
+        return StoredObject(
+            kind=kind,
+            project=project,
+            name=name,
+            uid=str(uuid4()),
+            revision=self.revision + 1,
+            generation=1,
+            origin=origin,
+            labels=labels,
+            annotations=annotations,
+            spec=spec,
+            status={},
+            created_at=self.now,
+            updated_at=self.now,
+            deleted=False,
+        )
+
+    def changed_from(self, obj: StoredObject, **fields: Any) -> StoredObject:
+        """`obj` with `fields` replaced, at the next revision."""
+        return replace(obj, revision=self.revision + 1, updated_at=self.now, **fields)
+
+    def record(self, obj: StoredObject, op: str, trace_context: dict[str, Any] | None = None) -> StoredObject:
+        """Keep a change made by `born` or `changed_from`; it takes the next revision."""
+        if obj.revision != self.revision + 1:
+            raise ValueError(f"a change must take revision {self.revision + 1}, not {obj.revision}")
+        key = key_of(obj)
+        self.changes.append(Change(obj, op, trace_context, self._current.get(key)))
+        self._current[key] = obj
+        self.revision = obj.revision
+        return obj
+
+    def decide(self, decision: Callable[[WriteBatch], _R]) -> Decided[_R]:
+        """Run one writer's decision; if it raises, its own changes are taken back and the error kept."""
+        mark, revision = len(self.changes), self.revision
+        try:
+            return Decided(decision(self), None, self.changes[mark:])
+        except Exception as exc:
+            for change in reversed(self.changes[mark:]):
+                self._current[key_of(change.obj)] = change.before
+            del self.changes[mark:]
+            self.revision = revision
+            return Decided(None, exc, [])
+
+    def rows(self) -> tuple[list[StoredObject], list[StoredObject]]:
+        """The final state of every changed object: (rows to insert, rows to replace)."""
+        final = {key_of(change.obj): change.obj for change in self.changes}
+        fresh = [obj for key, obj in final.items() if key not in self._stored]
+        existing = [obj for key, obj in final.items() if key in self._stored]
+        return fresh, existing
+
+
+@dataclass(frozen=True, slots=True)
+class Decided(Generic[_R]):
+    """What one decision came to: its result or its error, and the changes it recorded."""
+
+    result: _R | None
+    error: Exception | None
+    changes: list[Change]
