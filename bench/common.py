@@ -6,7 +6,9 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -176,3 +178,33 @@ def emit(report: dict[str, Any], started: float) -> None:
     """Print the one JSON object a benchmark produces, with its wall time (from time.monotonic())."""
     report["wall_seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(report, indent=2), flush=True)
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def _millis(text: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(number) * _UNITS[unit]
+
+
+def wrk(
+    url: str, headers: dict[str, str], seconds: int, connections: int, script: Path | None = None
+) -> dict[str, float]:
+    """wrk (one thread, `connections` connections) at `url` for `seconds`, each request made by the Lua
+    `script` when given: the rate, the latency and how many answers were not 2xx or 3xx."""
+    argv = [require_binary("wrk"), "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    for name, value in headers.items():
+        argv += ["-H", f"{name}: {value}"]
+    if script is not None:
+        argv += ["-s", str(script)]
+    out = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    latency = {p: _millis(re.search(rf"\s{p}%\s+(\S+)", out).group(1)) for p in ("50", "99")}  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return {
+        "rps": rps,
+        "p50_ms": latency["50"],
+        "p99_ms": latency["99"],
+        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
+    }

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import secrets
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,11 +25,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 import httpx
 
-from bench.common import nginx
+from bench.common import nginx, wrk
 from tests.harness.envoy import run_envoy
 from tests.harness.gateway import Gateway, status
 from tests.harness.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
-from tests.harness.process import free_port, require_binary
+from tests.harness.process import free_port
 from tests.harness.redis import start_redis
 
 PROJECT = "default"
@@ -82,30 +80,6 @@ def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
     keys["opaque"] = secrets.token_urlsafe(32)
     api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={"key": keys["opaque"]}).raise_for_status()
     return keys
-
-
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
-
-
-def _millis(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
-    return float(number) * _UNITS[unit]
-
-
-def wrk(url: str, headers: dict[str, str], seconds: int, connections: int) -> dict[str, float]:
-    argv = [require_binary("wrk"), "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
-    for name, value in headers.items():
-        argv += ["-H", f"{name}: {value}"]
-    out = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 30, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    latency = {p: _millis(re.search(rf"\s{p}%\s+(\S+)", out).group(1)) for p in ("50", "99")}  # type: ignore[union-attr]
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    return {
-        "rps": rps,
-        "p50_ms": latency["50"],
-        "p99_ms": latency["99"],
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-    }
 
 
 def run(seconds: int, connections: int) -> dict[str, Any]:

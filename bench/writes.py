@@ -1,19 +1,24 @@
 """REST writes per second: PUTs of distinct APIs (distinct basePaths, so no route clashes), several clients.
 
-Each client is an httpx.AsyncClient with its own connection, all in one asyncio loop; every write creates
-a new API, so each commits an object, its event and the next revision. No agent is connected. The server
-runs on SQLite and on PostgreSQL. The floor, in the same run and on the same PostgreSQL: as many asyncpg
-connections each updating its own row (`UPDATE ... SET n = n + 1 WHERE id = $1`, autocommit), the same
-number of statements; the same with every connection on one counter row (the row lock a revision takes)
-is shown beside it. Prints one JSON object.
+The clients are wrk's connections, one thread; a Lua script names a new API in every PUT. (A Python client
+would be the bottleneck: eight httpx clients in one process top out near 1,100 PUTs/s here, at 100% of a core,
+against a server that answers them with 30% of one.) Every write creates a new API, so each commits an
+object, its event and the next revision. No agent is connected. The server runs on SQLite and on PostgreSQL.
 
-    .venv/bin/python -m bench.writes [--writes 2000] [--clients 8] [--sqlite | --postgres] [--quick]
+Two floors, in the same run. The database: on the same PostgreSQL, as many asyncpg connections each updating
+its own row (`UPDATE ... SET n = n + 1 WHERE id = $1`, autocommit); the same with every connection on one
+counter row (the row lock a revision takes) is shown beside it. The HTTP stack the API is built on: the same
+PUTs from the same wrk to a FastAPI route on uvicorn, configured as the server's, that parses the body into a
+dict and answers it back, in a process of its own. Prints one JSON object.
+
+    .venv/bin/python -m bench.writes [--seconds 10] [--clients 8] [--sqlite | --postgres] [--quick]
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import json
+import string
 import sys
 import tempfile
 import time
@@ -25,7 +30,6 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
-import httpx
 
 from bench.common import (
     POSTGRESQL,
@@ -40,11 +44,34 @@ from bench.common import (
     ratio,
     selected_stores,
     server_on,
+    wrk,
 )
 from tests.harness.postgres import PostgresServer
+from tests.harness.process import free_port, port_open, running
 
 WARMUP = 20
-"""Writes made before timing starts, so connections and caches are warm on both sides."""
+"""asyncpg statements made before the floor's timing starts, so connections are warm."""
+WARMUP_SECONDS = 1
+"""PUTs made for this long before a timed run, so connections and caches are warm on both sides."""
+FLOOR_STATEMENTS = 20_000
+PUT_SCRIPT = string.Template(
+    """
+local template = [=[$document]=]
+local made = 0
+local headers = nil
+request = function()
+  if headers == nil then
+    headers = {["Content-Type"] = "application/json"}
+    for name, value in pairs(wrk.headers) do headers[name] = value end
+  end
+  made = made + 1
+  local name = "$prefix" .. made
+  local body = template:gsub("@name@", name)
+  return wrk.format("PUT", "$path" .. name, headers, body)
+end
+"""
+)
+"""wrk's request for every PUT: a new API named `prefix` and a count, from one API document."""
 TARGET_RATIO = 0.3
 BACKEND_PORT = 9
 
@@ -76,23 +103,52 @@ async def concurrently(clients: int, writes: int, write: Callable[[int], Awaitab
     }
 
 
+def puts(work: Path, url: str, headers: dict[str, str], clients: int, seconds: int) -> dict[str, Any]:
+    """PUTs of distinct APIs at `url` from `clients` connections for `seconds`, after a warm-up."""
+    document = json.dumps(api_document("@name@", "/@name@", BACKEND_PORT))
+    runs = {}
+    for prefix, duration in (("warm", WARMUP_SECONDS), ("w", seconds)):
+        script = work / f"puts-{prefix}-{free_port()}.lua"
+        script.write_text(PUT_SCRIPT.substitute(document=document, prefix=prefix, path=api_path("")))
+        runs[prefix] = wrk(url, headers, duration, clients, script)
+        if runs[prefix]["non_2xx"]:
+            raise RuntimeError(f"{url} refused {runs[prefix]['non_2xx']:.0f} of the PUTs: the rate would mean nothing")
+    measured = runs["w"]
+    return {"per_second": measured["rps"], "latency_ms": {"p50": measured["p50_ms"], "p99": measured["p99_ms"]}}
+
+
 async def through_meshplane(
-    work: Path, store: str, database: PostgresServer | None, clients: int, writes: int
+    work: Path, store: str, database: PostgresServer | None, clients: int, seconds: int
 ) -> dict[str, Any]:
     with server_on(work, store, await database_url(store, database)) as server:
-        api = [httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=30) for _ in range(clients)]
-        names = itertools.count()
-        try:
+        return puts(work, server.url, server.headers, clients, seconds)
 
-            async def put(client: int) -> None:
-                name = f"w{next(names)}"
-                document = api_document(name, f"/{name}", BACKEND_PORT)
-                (await api[client].put(api_path(name), json=document)).raise_for_status()
 
-            await concurrently(clients, WARMUP, put)
-            return await concurrently(clients, writes, put)
-        finally:
-            await asyncio.gather(*(client.aclose() for client in api))
+ECHO_SERVER = """
+import uvicorn
+from fastapi import FastAPI
+
+app = FastAPI()
+
+
+@app.put("/v1/projects/{{project}}/apis/{{name}}")
+async def put(project: str, name: str, document: dict) -> dict:
+    return document
+
+
+config = uvicorn.Config(app, host="127.0.0.1", port={port}, loop="asyncio", log_config=None, access_log=False)
+server = uvicorn.Server(config)
+server.run()
+"""
+"""The HTTP floor's server: uvicorn and FastAPI as meshplane's API runs them, doing nothing with the body."""
+
+
+def http_floor(work: Path, clients: int, seconds: int) -> dict[str, Any]:
+    port = free_port()
+    argv = [sys.executable, "-c", ECHO_SERVER.format(port=port)]
+    with running(argv, work / "http-floor.log") as process:
+        process.wait_ready(lambda: port_open(port), 30.0, "the HTTP floor's server")
+        return puts(work, f"http://127.0.0.1:{port}", {}, clients, seconds)
 
 
 async def floor(database: PostgresServer, clients: int, writes: int) -> dict[str, Any]:
@@ -118,18 +174,23 @@ async def floor(database: PostgresServer, clients: int, writes: int) -> dict[str
         await asyncio.gather(*(connection.close() for connection in connections))
 
 
-async def run(stores: list[str], clients: int, writes: int) -> dict[str, Any]:
+async def run(stores: list[str], clients: int, seconds: int, statements: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="meshplane-bench-") as tmp_dir:
         work = Path(tmp_dir)
         with postgres_for(work, stores) as database:
-            bare = await floor(database, clients, writes) if database is not None else None
-            results = {store: await through_meshplane(work, store, database, clients, writes) for store in stores}
+            bare = await floor(database, clients, statements) if database is not None else None
+            http = http_floor(work, clients, seconds)
+            results = {store: await through_meshplane(work, store, database, clients, seconds) for store in stores}
     report: dict[str, Any] = {
         "benchmark": "writes",
-        "writes": writes,
+        "seconds": seconds,
         "clients": clients,
         "results": results,
         "floor_postgresql_updates": bare,
+        "floor_http_echo": http,
+        "ratio_to_http_floor": {
+            store: ratio(result["per_second"], http["per_second"]) for store, result in results.items()
+        },
     }
     if bare is not None and POSTGRESQL in results:
         measured = results[POSTGRESQL]["per_second"]
@@ -143,13 +204,14 @@ async def run(stores: list[str], clients: int, writes: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    arguments = parser(__doc__, "200 writes: proves the benchmark runs")
-    arguments.add_argument("--writes", type=int, default=2000)
+    arguments = parser(__doc__, "two-second runs: proves the benchmark runs")
+    arguments.add_argument("--seconds", type=int, default=10, help="how long each configuration is loaded")
     arguments.add_argument("--clients", type=int, default=8)
     add_store_arguments(arguments)
     args = arguments.parse_args()
+    seconds, statements = (2, 2000) if args.quick else (args.seconds, FLOOR_STATEMENTS)
     started = time.monotonic()
-    emit(asyncio.run(run(selected_stores(args), args.clients, 200 if args.quick else args.writes)), started)
+    emit(asyncio.run(run(selected_stores(args), args.clients, seconds, statements)), started)
 
 
 if __name__ == "__main__":
