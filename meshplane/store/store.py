@@ -250,7 +250,8 @@ class Store:
             current = _live(batch.current(kind, project, name), kind, project, name)
             return _record_status(batch, current, status)
 
-        return await self._write([(kind, project, name)], decide)
+        result, _ = await self._write([(kind, project, name)], decide)
+        return result
 
     @_timed
     async def merge_status(self, kind: str, project: str, name: str, fields: dict) -> StoredObject:
@@ -262,7 +263,8 @@ class Store:
             current = _live(batch.current(kind, project, name), kind, project, name)
             return _record_status(batch, current, {**current.status, **fields})
 
-        return await self._write([(kind, project, name)], decide)
+        result, _ = await self._write([(kind, project, name)], decide)
+        return result
 
     @_timed
     async def merge_statuses(self, kind: str, project: str, changes: Mapping[str, dict]) -> int:
@@ -278,7 +280,8 @@ class Store:
                     updated += _record_status(batch, current, {**current.status, **fields[name]}) is not current
             return updated
 
-        return await self._write([(kind, project, name) for name in fields], decide)
+        updated, _ = await self._write([(kind, project, name) for name in fields], decide)
+        return updated
 
     @_timed
     async def compact(self, keep_after: int) -> int:
@@ -512,23 +515,17 @@ class Store:
         if project:
             attributes["meshplane.project"] = project
         with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
-            changes: builtins.list[Change] = []
-
-            def recorded(batch: WriteBatch) -> _R:
-                mark = len(batch.changes)
-                result = decision(batch)
-                changes.extend(batch.changes[mark:])
-                return result
-
-            result = await self._write([(kind, project, name), *([within] if within else [])], recorded)
+            result, changes = await self._write([(kind, project, name), *([within] if within else [])], decision)
             span.set_attribute("meshplane.changed", bool(changes))
             if changes:
                 span.set_attribute("meshplane.revision", changes[0].obj.revision)
             return result
 
-    async def _write(self, keys: builtins.list[Key], decision: Callable[[WriteBatch], _R]) -> _R:
-        """Run `decision` on the objects named by `keys`, in the next group commit; what it returned, once what
-        it recorded is committed (or the error it raised, which commits nothing of it)."""
+    async def _write(
+        self, keys: builtins.list[Key], decision: Callable[[WriteBatch], _R]
+    ) -> tuple[_R, builtins.list[Change]]:
+        """Run `decision` on the objects named by `keys`, in the next group commit; what it returned and the
+        changes it recorded, once they are committed (or the error it raised, which commits nothing of it)."""
         done: asyncio.Future[Decided[_R]] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(keys, decision, done))
         if self._committing is None or self._committing.done():
@@ -536,7 +533,7 @@ class Store:
         decided = await asyncio.shield(done)
         if decided.error is not None:
             raise decided.error
-        return cast(_R, decided.result)
+        return cast(_R, decided.result), decided.changes
 
     async def _commit_pending(self) -> None:
         """Commit waiting writes group after group: a lone write goes at once, and writes that arrive while a
