@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -34,7 +35,11 @@ def require_binary(name: str, *candidates: str) -> str:
         found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
         if found:
             return found
-    message = f"{name} is not installed (CI installs it; see .ci/run)"
+    unavailable(f"{name} is not installed (CI installs it; see .ci/run)")
+
+
+def unavailable(message: str) -> NoReturn:
+    """A test's outside requirement is missing: skip saying which one, or fail in CI, where it must be there."""
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)

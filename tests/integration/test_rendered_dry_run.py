@@ -10,15 +10,15 @@ import yaml
 from meshplane.client import load_documents
 from meshplane.server.render.offline import project_documents
 from tests.harness.kube import KubeAPIServer
+from tests.unit.render.istio_schema import crd_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
-ISTIO_CRDS = Path(__file__).resolve().parents[3] / "shared" / "schemas" / "istio" / "crd-all.gen.yaml"
 # external-dns' CRD is not among the shared schemas: DNSEndpoint records are checked offline only.
 NOT_INSTALLED = {"DNSEndpoint"}
 
 
 def test_every_rendered_istio_object_passes_a_server_side_dry_run(kube_apiserver: KubeAPIServer) -> None:
-    crds = [doc for doc in yaml.safe_load_all(ISTIO_CRDS.read_text()) if doc]
+    crds = [doc for doc in yaml.safe_load_all(crd_file().read_text()) if doc]
     kube_apiserver.install_crds(crds)
     plurals = {(crd["spec"]["group"], crd["spec"]["names"]["kind"]): crd["spec"]["names"]["plural"] for crd in crds}
     docs = [doc for path in sorted(EXAMPLES.glob("*.yaml")) for doc in load_documents(path.read_text())]

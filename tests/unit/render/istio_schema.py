@@ -27,6 +27,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from tests.harness.process import unavailable
+
 CRD_FILE = Path(
     os.environ.get(
         "MESHPLANE_ISTIO_CRDS",
@@ -121,7 +123,7 @@ def _strict(schema: Any) -> Any:
 def _validators() -> dict[tuple[str, str], Any]:
     """(apiVersion, kind) -> validator of `spec`, for every served version of every CRD."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with CRD_FILE.open() as stream:
+    with crd_file().open() as stream:
         crds = [doc for doc in yaml.load_all(stream, Loader=loader) if doc]
     out = {}
     for crd in crds:
@@ -135,8 +137,11 @@ def _validators() -> dict[tuple[str, str], Any]:
     return out
 
 
-def crds_available() -> bool:
-    return CRD_FILE.is_file()
+def crd_file() -> Path:
+    """Istio's CRDs, or a skip (a failure in CI) saying where they were looked for."""
+    if not CRD_FILE.is_file():
+        unavailable(f"Istio's CRD schemas are not at {CRD_FILE} (set MESHPLANE_ISTIO_CRDS to their file)")
+    return CRD_FILE
 
 
 def known_kinds() -> set[tuple[str, str]]:

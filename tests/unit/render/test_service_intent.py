@@ -37,12 +37,11 @@ from meshplane.server.render.fleet import (
 )
 from meshplane.server.render.names import VIP_NETWORK, HostKey, allocate_vips
 from meshplane.server.render.service import merge_sidecars, render_service_intent
-from tests.unit.render.istio_schema import crds_available, validate_istio
+from tests.unit.render.istio_schema import validate_istio
 
 GOLDEN = Path(__file__).parent / "golden" / "service"
 REGENERATE = os.environ.get("MESHPLANE_REGENERATE_GOLDEN") == "1"
 
-needs_crds = pytest.mark.skipif(not crds_available(), reason="Istio CRD schemas not found")
 
 SCENARIO = """
 apiVersion: meshplane.io/v1alpha1
@@ -182,7 +181,6 @@ def test_golden_each_cluster_receives_the_reviewed_objects(scenario: Fleet, clus
     assert path.read_text() == rendered, f"{path.name} differs: regenerate (see module docstring) and review"
 
 
-@needs_crds
 @pytest.mark.parametrize("cluster", ["core-1", "edge-1", "edge-2"])
 def test_every_rendered_object_validates_against_istio_crds(scenario: Fleet, cluster: str) -> None:
     objects = render_cluster(scenario, cluster)
@@ -191,7 +189,6 @@ def test_every_rendered_object_validates_against_istio_crds(scenario: Fleet, clu
         assert validate_istio(obj) == [], obj["metadata"]
 
 
-@needs_crds
 def test_the_validator_catches_what_an_apiserver_would_refuse() -> None:
     good = {
         "apiVersion": "networking.istio.io/v1",
@@ -536,7 +533,6 @@ def test_names_and_vips_never_collide_within_a_cluster(fleet: Fleet) -> None:
             assert host_of_vip.setdefault(vip, host) == host
 
 
-@needs_crds
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleet=fleets())
 def test_generated_renders_validate_against_istio_crds(fleet: Fleet) -> None:
