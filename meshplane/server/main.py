@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -134,6 +135,23 @@ def quiet_garbage_collector() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_LARGE_BUFFER = 128 * 1024
+
+
+def return_large_buffers() -> None:
+    """Give buffers of 128 KiB and more mappings of their own, handed back to the system when freed. glibc
+    otherwise raises that threshold as large buffers come and go, and then keeps a burst of them (a thousand
+    agents' first syncs at once) in its heap for good: at 1,000 agents the server held 8 KB more per agent.
+    Nothing happens where the C library has no `mallopt`."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, _LARGE_BUFFER)
+    mallopt(_M_TRIM_THRESHOLD, _LARGE_BUFFER)
+
+
 async def ensure_default_project(store: Store) -> None:
     """A fresh server has a `default` project, as a fresh Kubernetes has a `default` namespace."""
     if await store.current_revision() == 0:
@@ -164,7 +182,9 @@ async def run_server(
     own_process: bool = False,
 ) -> None:
     """Serve until `stop` is set, then shut everything down in order. `own_process`: the server is the
-    process (the CLI), so it may set process-wide policy such as the garbage collector's."""
+    process (the CLI), so it may set process-wide policy such as the garbage collector's and the allocator's."""
+    if own_process:
+        return_large_buffers()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     if settings.insecure:
         log.warning(INSECURE_WARNING)
