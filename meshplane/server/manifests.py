@@ -15,10 +15,9 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
 from meshplane.observability.logging import get_logger
 from meshplane.server.objects import to_resource
-from meshplane.server.projection import ObjectKey
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo, Fleet
-from meshplane.store.records import StoredObject
+from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
@@ -64,7 +63,7 @@ class ManifestProjection:
         self._stale = True
 
     def upsert(self, stored: StoredObject) -> None:
-        key = (stored.kind, stored.project, stored.name)
+        key = stored.key
         try:
             if stored.kind == "Cluster":
                 self.clusters[stored.name] = cluster_info(stored)

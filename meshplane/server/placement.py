@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from meshplane.model.meta import Placement
+from meshplane.store.records import ObjectKey
 
 
 def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
@@ -15,8 +16,6 @@ def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, st
 
 FOLLOWERS = frozenset({"Subscription", "Application", "ApplicationKey", "RateLimitPolicy"})
 """Kinds placed where the APIs they touch are placed, rather than by a placement of their own."""
-
-ObjectKey = tuple[str, str, str]
 
 
 class _HasSpec(Protocol):

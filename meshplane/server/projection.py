@@ -23,14 +23,11 @@ from meshplane.observability.logging import get_logger
 from meshplane.server.api_conflicts import route_bucket
 from meshplane.server.objects import to_resource
 from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters
-from meshplane.store.records import StoredObject
+from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
 log = get_logger("meshplane.server.projection")
-
-ObjectKey = tuple[str, str, str]
-"""(kind, project, name)"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +124,9 @@ class FleetProjection:
         self._routes, self._route_bucket = {}, {}
         traces = traces or {}
         for stored in objects:
-            if (delivered := self._deliver(stored, traces.get((stored.kind, stored.project, stored.name)))) is not None:
-                self.objects[(stored.kind, stored.project, stored.name)] = delivered
-                self._index((stored.kind, stored.project, stored.name), True)
+            if (delivered := self._deliver(stored, traces.get(stored.key))) is not None:
+                self.objects[stored.key] = delivered
+                self._index(stored.key, True)
         alike: dict[frozenset[str], frozenset[str]] = {}  # one set object per distinct placement
         self.placed = {}
         for key, obj in self.objects.items():
@@ -143,7 +140,7 @@ class FleetProjection:
             self._publish_cluster(group)
 
     def upsert_object(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> None:
-        key = (stored.kind, stored.project, stored.name)
+        key = stored.key
         delivered = self._deliver(stored, trace)
         if delivered is None:
             self.remove_object(key)

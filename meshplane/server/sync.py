@@ -9,9 +9,9 @@ from meshplane.model.registry import REGISTRY
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
 from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
-from meshplane.server.projection import FleetProjection, ObjectKey
+from meshplane.server.projection import FleetProjection
 from meshplane.store.errors import Compacted
-from meshplane.store.records import StoredObject
+from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.sync")

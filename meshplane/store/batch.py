@@ -14,16 +14,9 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import uuid4
 
-from meshplane.store.records import StoredObject
-
-Key = tuple[str, str, str]
-"""(kind, project, name)"""
+from meshplane.store.records import ObjectKey, StoredObject
 
 _R = TypeVar("_R")
-
-
-def key_of(obj: StoredObject) -> Key:
-    return (obj.kind, obj.project, obj.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +36,7 @@ class WriteBatch:
         self.revision = revision
         """The last revision taken: the database's before any change, then the newest change's."""
         self.now = now
-        self._current: dict[Key, StoredObject | None] = {key_of(row): row for row in rows}
+        self._current: dict[ObjectKey, StoredObject | None] = {row.key: row for row in rows}
         self._stored = frozenset(self._current)
         self.changes: list[Change] = []
 
@@ -80,7 +73,7 @@ class WriteBatch:
         """Keep a change made by `born` or `changed_from`; it takes the next revision."""
         if obj.revision != self.revision + 1:
             raise ValueError(f"a change must take revision {self.revision + 1}, not {obj.revision}")
-        key = key_of(obj)
+        key = obj.key
         self.changes.append(Change(obj, op, trace_context, self._current.get(key)))
         self._current[key] = obj
         self.revision = obj.revision
@@ -93,14 +86,14 @@ class WriteBatch:
             return Decided(decision(self), None, self.changes[mark:])
         except Exception as exc:
             for change in reversed(self.changes[mark:]):
-                self._current[key_of(change.obj)] = change.before
+                self._current[change.obj.key] = change.before
             del self.changes[mark:]
             self.revision = revision
             return Decided(None, exc, [])
 
     def rows(self) -> tuple[list[StoredObject], list[StoredObject]]:
         """The final state of every changed object: (rows to insert, rows to replace)."""
-        final = {key_of(change.obj): change.obj for change in self.changes}
+        final = {change.obj.key: change.obj for change in self.changes}
         fresh = [obj for key, obj in final.items() if key not in self._stored]
         existing = [obj for key, obj in final.items() if key in self._stored]
         return fresh, existing

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+ObjectKey = tuple[str, str, str]
+"""(kind, project, name): what names an object in the store."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredObject:
@@ -23,6 +26,10 @@ class StoredObject:
     created_at: datetime
     updated_at: datetime
     deleted: bool
+
+    @property
+    def key(self) -> ObjectKey:
+        return (self.kind, self.project, self.name)
 
 
 @dataclass(frozen=True, slots=True)

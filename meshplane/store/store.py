@@ -27,10 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
-from meshplane.store.batch import Change, Decided, Key, WriteBatch
+from meshplane.store.batch import Change, Decided, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
-from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
+from meshplane.store.records import Delivery, Event, ObjectKey, StoredObject, TokenRecord
 
 NOTIFY_CHANNEL = "meshplane_events"
 _LIST_BATCH = 500
@@ -76,7 +76,7 @@ class _Report:
 class _Pending(Generic[_R]):
     """One writer's decision waiting for its group's transaction, and the writer waiting for what it came to."""
 
-    keys: builtins.list[Key]
+    keys: builtins.list[ObjectKey]
     decision: Callable[[WriteBatch], _R]
     done: asyncio.Future[Decided[_R]]
 
@@ -162,7 +162,7 @@ class Store:
         annotations: dict[str, str] | None = None,
         origin: str | None = None,
         trace_context: dict | None = None,
-        within: Key | None = None,
+        within: ObjectKey | None = None,
     ) -> StoredObject:
         """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1).
         `within`: an object that must be live when the write commits (NotFound of it otherwise), such as the
@@ -192,7 +192,7 @@ class Store:
         origin: str | None = None,
         expected_revision: int | None = None,
         trace_context: dict | None = None,
-        within: Key | None = None,
+        within: ObjectKey | None = None,
     ) -> tuple[StoredObject, bool]:
         """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`:
         as for `create`."""
@@ -508,7 +508,7 @@ class Store:
             yield conn
 
     async def _write_object(
-        self, kind: str, project: str, name: str, decision: Callable[[WriteBatch], _R], within: Key | None = None
+        self, kind: str, project: str, name: str, decision: Callable[[WriteBatch], _R], within: ObjectKey | None = None
     ) -> _R:
         """`_write` of one object's content, in a span (the child of the write that asked for it)."""
         attributes = {"db.system.name": self.dialect, "meshplane.kind": kind, "meshplane.name": name}
@@ -522,7 +522,7 @@ class Store:
             return result
 
     async def _write(
-        self, keys: builtins.list[Key], decision: Callable[[WriteBatch], _R]
+        self, keys: builtins.list[ObjectKey], decision: Callable[[WriteBatch], _R]
     ) -> tuple[_R, builtins.list[Change]]:
         """Run `decision` on the objects named by `keys`, in the next group commit; what it returned and the
         changes it recorded, once they are committed (or the error it raised, which commits nothing of it)."""
@@ -595,7 +595,7 @@ class Store:
 
 
 def _live_by_key(objects: Iterable[StoredObject]) -> dict[tuple[str, str, str], StoredObject]:
-    return {(o.kind, o.project, o.name): o for o in objects if not o.deleted}
+    return {o.key: o for o in objects if not o.deleted}
 
 
 def _live(obj: StoredObject | None, kind: str, project: str, name: str) -> StoredObject:
@@ -605,7 +605,7 @@ def _live(obj: StoredObject | None, kind: str, project: str, name: str) -> Store
     return obj
 
 
-def _require(batch: WriteBatch, within: Key | None) -> None:
+def _require(batch: WriteBatch, within: ObjectKey | None) -> None:
     if within is not None:
         _live(batch.current(*within), *within)
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from meshplane.store.batch import WriteBatch, key_of
+from meshplane.store.batch import WriteBatch
 from meshplane.store.records import StoredObject
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -50,7 +50,7 @@ _steps = st.lists(st.tuples(st.lists(st.sampled_from("abcd"), min_size=1, max_si
 def test_the_batch_ends_as_if_only_the_decisions_that_returned_had_run(existing: set[str], steps: list) -> None:
     rows = [_stored(name, 3) for name in sorted(existing)]
     batch = WriteBatch(3, NOW, rows)
-    model = {key_of(row): row.spec for row in rows}
+    model = {row.key: row.spec for row in rows}
     revision = 3
     for index, (names, raises) in enumerate(steps):
 
@@ -74,9 +74,9 @@ def test_the_batch_ends_as_if_only_the_decisions_that_returned_had_run(existing:
     assert [c.obj.revision for c in batch.changes] == list(range(4, revision + 1))
     assert {key: batch.current(*key).spec for key in model} == model
     fresh, existing_rows = batch.rows()
-    assert {key_of(o) for o in fresh} == {key for key in model if key[2] not in existing} & {
-        key_of(c.obj) for c in batch.changes
+    assert {o.key for o in fresh} == {key for key in model if key[2] not in existing} & {
+        c.obj.key for c in batch.changes
     }
-    assert {key_of(o) for o in existing_rows} == {key for key in model if key[2] in existing} & {
-        key_of(c.obj) for c in batch.changes
+    assert {o.key for o in existing_rows} == {key for key in model if key[2] in existing} & {
+        c.obj.key for c in batch.changes
     }
