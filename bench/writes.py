@@ -108,7 +108,7 @@ def puts(work: Path, url: str, headers: dict[str, str], clients: int, seconds: i
     document = json.dumps(api_document("@name@", "/@name@", BACKEND_PORT))
     runs = {}
     for prefix, duration in (("warm", WARMUP_SECONDS), ("w", seconds)):
-        script = work / f"puts-{prefix}-{free_port()}.lua"
+        script = work / f"puts-{prefix}.lua"
         script.write_text(PUT_SCRIPT.substitute(document=document, prefix=prefix, path=api_path("")))
         runs[prefix] = wrk(url, headers, duration, clients, script)
         if runs[prefix]["non_2xx"]:

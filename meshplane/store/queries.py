@@ -32,7 +32,7 @@ def _key(kind: str, project: str, name: str) -> Any:
     return and_(objects.c.kind == kind, objects.c.project == project, objects.c.name == name)
 
 
-async def next_revision(conn: AsyncConnection, count: int = 1) -> int:
+async def next_revision(conn: AsyncConnection, count: int) -> int:
     """Allocate `count` revisions, the last of which is returned (on PostgreSQL under the `meta` row lock that
     serializes writers until commit)."""
     statement = update(meta).where(meta.c.id == 1).values(revision=meta.c.revision + count).returning(meta.c.revision)

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 import asyncpg
 from sqlalchemy import text
@@ -311,16 +311,7 @@ class Store:
     async def _write_reports(self) -> None:
         while self._reports:
             batch, self._reports = self._reports, []
-            try:
-                await self._write_report_batch(batch)
-            except Exception:
-                # One bad report must not fail the others: each alone, with its own outcome.
-                for report in batch:
-                    try:
-                        await self._write_report_batch([report])
-                    except Exception as exc:
-                        if not report.done.done():
-                            report.done.set_exception(exc)
+            await _together_or_alone(batch, self._write_report_batch)
 
     async def _write_report_batch(self, batch: builtins.list[_Report]) -> None:
         async with self._exclusive() as conn:
@@ -542,18 +533,7 @@ class Store:
         try:
             while self._pending:
                 group, self._pending = self._pending[:_GROUP_LIMIT], self._pending[_GROUP_LIMIT:]
-                try:
-                    await self._commit_group(group)
-                except Exception as exc:
-                    if len(group) == 1:
-                        group[0].done.set_exception(exc)
-                        continue
-                    # One write the database refuses must not fail the others: each alone, with its own outcome.
-                    for pending in group:
-                        try:
-                            await self._commit_group([pending])
-                        except Exception as alone:
-                            pending.done.set_exception(alone)
+                await _together_or_alone(group, self._commit_group)
         except BaseException:
             for pending in [*group, *self._pending]:
                 pending.done.cancel()
@@ -592,6 +572,35 @@ class Store:
         """A read transaction: one consistent snapshot for every statement in it."""
         async with self._engines.read.connect() as conn:
             yield conn
+
+
+class _Awaited(Protocol):
+    done: asyncio.Future[Any]
+
+
+_W = TypeVar("_W", bound=_Awaited)
+
+
+async def _together_or_alone(group: builtins.list[_W], commit: Callable[[builtins.list[_W]], Awaitable[None]]) -> None:
+    """Commit a group in one transaction; if the database refuses it, each member alone, so that one bad member
+    fails by itself (its waiter gets the error) and the others still commit."""
+    try:
+        await commit(group)
+        return
+    except Exception as exc:
+        if len(group) == 1:
+            _fail(group[0], exc)
+            return
+    for member in group:
+        try:
+            await commit([member])
+        except Exception as exc:
+            _fail(member, exc)
+
+
+def _fail(member: _Awaited, exc: Exception) -> None:
+    if not member.done.done():
+        member.done.set_exception(exc)
 
 
 def _live_by_key(objects: Iterable[StoredObject]) -> dict[tuple[str, str, str], StoredObject]:
