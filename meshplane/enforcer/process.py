@@ -7,8 +7,8 @@ import contextlib
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
-from envoy.service.auth.v3 import external_auth_pb2_grpc
 
+from meshplane.callout_server import CalloutServer
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, ENFORCER_TYPES
 from meshplane.enforcer.service import AuthorizationService
 from meshplane.enforcer.settings import EnforcerSettings
@@ -28,9 +28,7 @@ async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
     API is known); once it has, the last configuration it sent stays in force while it is away."""
     state = EnforcerState()
     node = Node(id=settings.node_id, cluster=ENFORCER_NODE_CLUSTER)
-    server = grpc.aio.server()
-    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(AuthorizationService(lambda: state.snapshot), server)
-    server.add_insecure_port(settings.grpc_address)
+    server = CalloutServer(AuthorizationService(lambda: state.snapshot).methods())
 
     async def connected() -> None:
         log.info("connected to the agent", xds=settings.xds_address)
@@ -46,7 +44,7 @@ async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
         on_connected=connected,
     )
     with serving_metrics(settings.metrics_address, STOP_GRACE):
-        await server.start()
+        await server.start(settings.grpc_address)
         log.info(
             "enforcer serving",
             grpc=settings.grpc_address,

@@ -7,8 +7,8 @@ import contextlib
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
-from envoy.service.ratelimit.v3 import rls_pb2_grpc
 
+from meshplane.callout_server import CalloutServer
 from meshplane.dataplane import RATELIMIT_CONFIG_TYPE, RATELIMITER_NODE_CLUSTER
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import serving_metrics
@@ -36,9 +36,7 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
     """Serve until `stop` is set; the last configuration the agent sent stays in force while it is away."""
     table = LimitTable()
     counters = open_counters(settings)
-    server = grpc.aio.server()
-    rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitService(table, counters), server)
-    server.add_insecure_port(settings.grpc_address)
+    server = CalloutServer(RateLimitService(table, counters).methods())
     client = DeltaClient(
         # A fresh channel per attempt: no gRPC reconnect backoff stacked on the client's own.
         lambda: grpc.aio.insecure_channel(settings.xds_address, options=RECONNECT_CHANNEL_OPTIONS),
@@ -48,7 +46,7 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
         on_update=table.apply,
     )
     with serving_metrics(settings.metrics_address, STOP_GRACE):
-        await server.start()
+        await server.start(settings.grpc_address)
         xds = asyncio.create_task(client.run(), name="xds")
         log.info(
             "rate limiter serving",

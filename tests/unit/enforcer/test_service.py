@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import grpc
 import pytest
 from envoy.config.core.v3.base_pb2 import HeaderValueOption
 from envoy.service.auth.v3 import external_auth_pb2_grpc
@@ -12,8 +13,9 @@ from google.protobuf import json_format
 from google.rpc import code_pb2
 from prometheus_client import REGISTRY
 
+from meshplane.callout_server import CalloutServer
 from meshplane.enforcer.service import AuthorizationService
-from tests.unit.xds.support import serve
+from tests.harness.process import free_port
 
 from .factories import NOW, api, application, check_request, key, loaded, subscription
 
@@ -26,12 +28,14 @@ async def stub() -> AsyncIterator[external_auth_pb2_grpc.AuthorizationStub]:
         application("shop/web", key("web-key", "w1")),
         subscription("shop/mobile-orders", "mobile", "orders", plan="gold"),
     )
-    service = AuthorizationService(lambda: state.snapshot, clock=lambda: NOW)
-    async with (
-        serve(lambda server: external_auth_pb2_grpc.add_AuthorizationServicer_to_server(service, server)) as served,
-        served.channel() as channel,
-    ):
-        yield external_auth_pb2_grpc.AuthorizationStub(channel)
+    server = CalloutServer(AuthorizationService(lambda: state.snapshot, clock=lambda: NOW).methods())
+    port = free_port()
+    await server.start(f"127.0.0.1:{port}")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield external_auth_pb2_grpc.AuthorizationStub(channel)
+    finally:
+        await server.stop(0)
 
 
 def headers(options: list[HeaderValueOption]) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import grpc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.service.discovery.v3 import discovery_pb2
 from envoy.service.ratelimit.v3 import rls_pb2
@@ -66,17 +65,6 @@ def update(*configs: rls_conf_pb2.RateLimitConfig, removed: Sequence[str] = ()) 
     return DeltaUpdate(RATELIMIT_CONFIG_TYPE, resources, list(removed), "nonce")
 
 
-class Aborted(Exception):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(code, details)
-        self.code, self.details = code, details
-
-
-class FakeContext:
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise Aborted(code, details)
-
-
 class Limiter:
     """The service over a LimitTable, with counters in memory (unless given) and a clock the test sets."""
 
@@ -91,4 +79,4 @@ class Limiter:
         return self
 
     async def ask(self, req: rls_pb2.RateLimitRequest) -> rls_pb2.RateLimitResponse:
-        return await self.service.ShouldRateLimit(req, FakeContext())  # type: ignore[arg-type]
+        return await self.service.should_rate_limit(req)
