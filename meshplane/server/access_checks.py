@@ -38,6 +38,19 @@ async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | N
         await _check_target(store, project, spec.target)
 
 
+def access_writes_may_collide(a: Resource, b: Resource) -> bool:
+    """Whether one of two writes could make the other fail its check here: APIs whose routes may meet, or
+    two subscriptions of one application to one API."""
+    if a.kind != b.kind or (a.metadata.project, a.metadata.name) == (b.metadata.project, b.metadata.name):
+        return False
+    if isinstance(a.spec, APISpec) and isinstance(b.spec, APISpec):
+        return _may_meet(a.spec, b.spec.base_path, b.spec.hostnames)
+    if isinstance(a.spec, SubscriptionSpec) and isinstance(b.spec, SubscriptionSpec):
+        same_pair = (a.spec.application, a.spec.api) == (b.spec.application, b.spec.api)
+        return a.metadata.project == b.metadata.project and same_pair
+    return False
+
+
 async def _stored_api(store: Store, project: str, name: str) -> StoredObject | None:
     try:
         return await store.get("API", project, name)

@@ -43,6 +43,22 @@ async def check_intent(store: Store, resource: Resource) -> None:
     await _check_claims(store, resource)
 
 
+def intent_writes_may_collide(a: Resource, b: Resource) -> bool:
+    """Whether one of two writes could make the other fail its claim check: ingress intents sharing a host,
+    or service intents of one project claiming the same service port."""
+    if a.kind != b.kind or (a.metadata.project, a.metadata.name) == (b.metadata.project, b.metadata.name):
+        return False
+    if isinstance(a.spec, IngressIntentSpec) and isinstance(b.spec, IngressIntentSpec):
+        return bool(set(a.spec.hosts) & set(b.spec.hosts))
+    if isinstance(a.spec, ServiceIntentSpec) and isinstance(b.spec, ServiceIntentSpec):
+        return a.metadata.project == b.metadata.project and _claimed_port(a.spec) == _claimed_port(b.spec)
+    return False
+
+
+def _claimed_port(spec: ServiceIntentSpec) -> tuple[str | None, str, int]:
+    return spec.placement.logical_cloud, spec.service.name, spec.service.port
+
+
 def _unknown_cloud(path: str, name: str) -> FieldError:
     return FieldError(path=path, message=f"logical cloud {name!r} does not exist in this project")
 
@@ -62,7 +78,7 @@ async def _check_claims(store: Store, resource: Resource) -> None:
                     409, f"host {sorted(taken)[0]} is already claimed by IngressIntent {other.project}/{other.name}"
                 )
     if isinstance(spec, ServiceIntentSpec):
-        mine = (spec.placement.logical_cloud, spec.service.name, spec.service.port)
+        mine = _claimed_port(spec)
         for other in (await store.list("ServiceIntent", resource.metadata.project))[0]:
             if (other.project, other.name) == me:
                 continue

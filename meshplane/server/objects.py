@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,9 @@ from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import ApiCatalog, check_access, delete_dependents
-from meshplane.server.intent_checks import check_intent
+from meshplane.server.access_checks import ApiCatalog, access_writes_may_collide, check_access, delete_dependents
+from meshplane.server.in_flight import InFlightWrites
+from meshplane.server.intent_checks import check_intent, intent_writes_may_collide
 from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
 from meshplane.store.errors import NotFound
@@ -119,10 +120,15 @@ def _in_project(project: str | None) -> Iterator[None]:
         raise
 
 
+def _writes_may_collide(a: Resource, b: Resource) -> bool:
+    return access_writes_may_collide(a, b) or intent_writes_may_collide(a, b)
+
+
 class ObjectService:
     def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
         self.store = store
         self.api_catalog = api_catalog
+        self._in_flight = InFlightWrites(_writes_may_collide)
 
     async def require_project(self, project: str) -> None:
         try:
@@ -162,22 +168,30 @@ class ObjectService:
             raise InvalidObject(errors)
         return resource
 
-    async def _admit(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
-        """The document as a resource that may be written: valid, and clashing with nothing stored. That its
-        project exists is checked by the write itself (see `_in_project`), in the same transaction."""
+    @asynccontextmanager
+    async def _admitted(
+        self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]
+    ) -> AsyncIterator[Resource]:
+        """The document as a resource that may be written, to be written inside the `async with`: valid, and
+        clashing with nothing stored nor with any write in flight. That its project exists is checked by the
+        write itself (see `_in_project`), in the same transaction."""
         resource = self.validate(info, project, name, doc)
-        await check_intent(self.store, resource)
-        await check_access(self.store, resource, self.api_catalog)
-        return resource
+
+        async def check() -> None:
+            await check_intent(self.store, resource)
+            await check_access(self.store, resource, self.api_catalog)
+
+        async with self._in_flight.admitted(resource, check):
+            yield resource
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
-            resource = await self._admit(info, project, None, doc)
-            meta = resource.metadata
-            span.set_attribute("meshplane.name", meta.name)
-            with _in_project(project):
-                written = _written(resource, project)
-                stored = await self.store.create(info.kind, meta.project or "", meta.name, **written)
+            async with self._admitted(info, project, None, doc) as resource:
+                meta = resource.metadata
+                span.set_attribute("meshplane.name", meta.name)
+                with _in_project(project):
+                    written = _written(resource, project)
+                    stored = await self.store.create(info.kind, meta.project or "", meta.name, **written)
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -190,15 +204,15 @@ class ObjectService:
     async def _put(
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None
     ) -> tuple[Resource, bool]:
-        resource = await self._admit(info, project, name, doc)
-        meta = resource.metadata
-        expected = parse_revision(if_match, "If-Match")
-        if expected is None:
-            expected = parse_revision(meta.resource_version)
-        with _in_project(project):
-            stored, created = await self.store.put(
-                info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource, project)
-            )
+        async with self._admitted(info, project, name, doc) as resource:
+            meta = resource.metadata
+            expected = parse_revision(if_match, "If-Match")
+            if expected is None:
+                expected = parse_revision(meta.resource_version)
+            with _in_project(project):
+                stored, created = await self.store.put(
+                    info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource, project)
+                )
         if created:
             await self._project_changed(info, meta.name)
         return to_resource(info, stored), created

@@ -3,6 +3,7 @@ of two APIs must not meet, credential records are read-only, and API keys are sh
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -155,6 +156,20 @@ async def test_an_application_subscribes_to_an_api_once(mobile: httpx.AsyncClien
     assert same.status_code == 200
     assert same.json()["spec"]["plan"] == "gold"
     assert (await mobile.get(f"{SHOP}/subscriptions/second")).status_code == 404
+
+
+async def test_of_concurrent_subscriptions_of_one_application_to_one_api_one_is_accepted(
+    mobile: httpx.AsyncClient,
+) -> None:
+    await given_objects(mobile, api_doc("orders"))
+
+    responses = await asyncio.gather(
+        *(put(mobile, "subscriptions", subscription_doc(f"sub-{n}", "mobile", "orders")) for n in range(8))
+    )
+
+    assert sorted(r.status_code for r in responses) == [201] + [409] * 7
+    listed = (await mobile.get(f"{SHOP}/subscriptions")).json()["items"]
+    assert len(listed) == 1
 
 
 async def test_subscriptions_of_one_application_to_different_apis_are_accepted(mobile: httpx.AsyncClient) -> None:
@@ -348,6 +363,33 @@ async def test_apis_on_disjoint_hosts_or_methods_share_a_base_path(
     response = await put(client, "apis", api_doc("shadow", project="other", basePath="/orders", **mine))
 
     assert response.status_code == 201, response.text
+
+
+async def test_of_concurrent_apis_on_one_route_one_is_accepted(client: httpx.AsyncClient) -> None:
+    rivals = [api_doc(f"orders-{n}", project=("shop", "other")[n % 2], basePath="/orders") for n in range(8)]
+
+    responses = await asyncio.gather(*(put(client, "apis", body) for body in rivals))
+
+    assert sorted(r.status_code for r in responses) == [201] + [409] * 7
+    accepted = [body for body, r in zip(rivals, responses, strict=True) if r.status_code == 201]
+    project, name = accepted[0]["metadata"]["project"], accepted[0]["metadata"]["name"]
+    assert all(f"{project}/{name}" in r.json()["detail"] for r in responses if r.status_code == 409)
+    for body in rivals:
+        meta = body["metadata"]
+        found = (await client.get(f"/v1/projects/{meta['project']}/apis/{meta['name']}")).status_code
+        assert found == (200 if body is accepted[0] else 404)
+
+
+async def test_a_write_refused_by_the_store_does_not_block_a_rival_on_its_route(client: httpx.AsyncClient) -> None:
+    stale = api_doc("stale", basePath="/orders")
+    stale["metadata"]["resourceVersion"] = "7"
+
+    refused, accepted = await asyncio.gather(
+        put(client, "apis", stale), put(client, "apis", api_doc("orders", project="other"))
+    )
+
+    assert refused.status_code in (404, 409), refused.text
+    assert accepted.status_code == 201, accepted.text
 
 
 async def test_apis_under_different_base_paths_are_accepted(client: httpx.AsyncClient) -> None:

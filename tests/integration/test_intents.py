@@ -3,6 +3,7 @@ exactly what their cluster needs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -77,6 +78,34 @@ def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
         taken = http.put(path_of(ingress), json=ingress)
         assert taken.status_code == 409
         assert "shop.example.com" in taken.json()["detail"]
+
+
+def test_of_concurrent_claims_on_one_host_or_route_one_is_accepted(server: ServerProcess) -> None:
+    """Through the server's own write path (its in-memory catalog of APIs): racing writes take turns."""
+    with server.http() as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml")
+    [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+    ingresses = [{**ingress, "metadata": {**ingress["metadata"], "name": f"storefront-{n}"}} for n in range(6)]
+    backends = [{"host": "127.0.0.1", "port": 9001}]
+    apis = [
+        {
+            "kind": "API",
+            "metadata": {"name": f"orders-{n}", "project": "shop"},
+            "spec": {"basePath": "/orders", "backends": backends},
+        }
+        for n in range(6)
+    ]
+
+    async def race(rivals: list[dict[str, Any]]) -> list[int]:
+        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
+            # Every connection opened first, so the writes reach the server together.
+            await asyncio.gather(*(http.get("/v1/projects/shop") for _ in rivals))
+            responses = await asyncio.gather(*(http.put(path_of(doc), json=doc) for doc in rivals))
+        return [response.status_code for response in responses]
+
+    for rivals in (ingresses, apis):
+        codes = asyncio.run(race(rivals))
+        assert sorted(codes) == [201] + [409] * (len(rivals) - 1), codes
 
 
 def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: ServerProcess, tmp_path: Path) -> None:
