@@ -8,7 +8,7 @@ subscribes to an API once (409); an API whose routes would meet another's at a g
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
 from meshplane.model.kinds import APISpec
@@ -21,33 +21,47 @@ from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
-ApiCatalog = Callable[[APISpec], Awaitable[tuple[Mapping[str, Mapping[str, str]], Iterable[tuple[str, str, APISpec]]]]]
-"""The clusters (name -> labels) and the APIs (project, name, spec) a server holds in memory that may meet
-the given one (at least those: see api_conflicts.route_bucket), so a write need not read every API back
-from the store; without one, the store is read."""
+
+class KnownApis(NamedTuple):
+    """The clusters (name -> labels) and APIs (project, name, spec) a route check weighs, as of `revision`."""
+
+    clusters: Mapping[str, Mapping[str, str]]
+    apis: Iterable[tuple[str, str, APISpec | Mapping[str, Any]]]
+    revision: int
 
 
-async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | None = None) -> None:
+ApiCatalog = Callable[[APISpec], Awaitable[KnownApis]]
+"""The clusters and the APIs a server holds in memory that may meet the given one (at least those: see
+api_conflicts.route_bucket), so a write need not read every API back from the store; without one, the store
+is read."""
+
+
+async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | None = None) -> int | None:
+    """Refuse what does not fit with what is stored. Returns the revision as of which the objects of the
+    resource's own kind were weighed, when they were (see collides_with_access_checks)."""
     spec = resource.spec
     project = resource.metadata.project or ""
     if isinstance(spec, APISpec):
-        await _check_api_routes(store, resource, spec, catalog)
-    elif isinstance(spec, SubscriptionSpec):
-        await _check_subscription(store, project, resource.metadata.name, spec)
-    elif isinstance(spec, RateLimitPolicySpec):
+        return await _check_api_routes(store, resource, spec, catalog)
+    if isinstance(spec, SubscriptionSpec):
+        return await _check_subscription(store, project, resource.metadata.name, spec)
+    if isinstance(spec, RateLimitPolicySpec):
         await _check_target(store, project, spec.target)
+    return None
 
 
-def access_writes_may_collide(a: Resource, b: Resource) -> bool:
-    """Whether one of two writes could make the other fail its check here: APIs whose routes may meet, or
-    two subscriptions of one application to one API."""
-    if a.kind != b.kind or (a.metadata.project, a.metadata.name) == (b.metadata.project, b.metadata.name):
+def collides_with_access_checks(resource: Resource, other: StoredObject) -> bool:
+    """Whether a stored object the checks here did not see could have refused `resource`: an API whose routes
+    may meet its routes, or a subscription of the same application to the same API. May say yes too often,
+    never too rarely."""
+    spec = resource.spec
+    if other.kind != resource.kind:
         return False
-    if isinstance(a.spec, APISpec) and isinstance(b.spec, APISpec):
-        return _may_meet(a.spec, b.spec.base_path, b.spec.hostnames)
-    if isinstance(a.spec, SubscriptionSpec) and isinstance(b.spec, SubscriptionSpec):
-        same_pair = (a.spec.application, a.spec.api) == (b.spec.application, b.spec.api)
-        return a.metadata.project == b.metadata.project and same_pair
+    if isinstance(spec, APISpec):
+        return _may_meet(spec, *_routing_of(other.spec))
+    if isinstance(spec, SubscriptionSpec):
+        pair = (other.spec.get("application"), other.spec.get("api"))
+        return other.project == resource.metadata.project and pair == (spec.application, spec.api)
     return False
 
 
@@ -58,7 +72,7 @@ async def _stored_api(store: Store, project: str, name: str) -> StoredObject | N
         return None
 
 
-async def _check_subscription(store: Store, project: str, name: str, spec: SubscriptionSpec) -> None:
+async def _check_subscription(store: Store, project: str, name: str, spec: SubscriptionSpec) -> int:
     errors = []
     try:
         await store.get("Application", project, spec.application)
@@ -68,11 +82,13 @@ async def _check_subscription(store: Store, project: str, name: str, spec: Subsc
         errors.append(_missing("spec.api", "API", spec.api, project))
     if errors:
         raise InvalidObject(errors)
-    for other in (await store.list("Subscription", project))[0]:
+    subscriptions, revision = await store.list("Subscription", project)
+    for other in subscriptions:
         if other.name != name and (other.spec["application"], other.spec["api"]) == (spec.application, spec.api):
             raise Problem(
                 409, f"application {spec.application} is already subscribed to API {spec.api} by {other.name}"
             )
+    return revision
 
 
 async def _check_target(store: Store, project: str, target: PolicyTarget) -> None:
@@ -91,9 +107,9 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
             raise InvalidObject([FieldError(path="spec.target.operation", message=message)])
 
 
-async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> None:
+async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> int:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters, apis = await catalog(spec) if catalog is not None else await _stored_apis(store)
+    clusters, apis, revision = await catalog(spec) if catalog is not None else await _stored_apis(store)
     mine = placed_clusters(spec.placement, clusters)
     others = []
     for project, name, other in apis:
@@ -107,13 +123,13 @@ async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, cat
     if found is not None:
         name, where = found
         raise Problem(409, f"API {name} already answers {where} on a shared hostname; its routes would shadow these")
+    return revision
 
 
-async def _stored_apis(
-    store: Store,
-) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec | Mapping[str, Any]]]]:
-    clusters = {c.name: c.labels for c in (await store.list("Cluster"))[0]}
-    return clusters, [(o.project, o.name, o.spec) for o in (await store.list("API"))[0]]
+async def _stored_apis(store: Store) -> KnownApis:
+    clusters, _ = await store.list("Cluster")
+    apis, revision = await store.list("API")
+    return KnownApis({c.name: c.labels for c in clusters}, [(o.project, o.name, o.spec) for o in apis], revision)
 
 
 def _routing_of(spec: APISpec | Mapping[str, Any]) -> tuple[str, list[str]]:

@@ -9,15 +9,17 @@ from __future__ import annotations
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.server.problems import Problem
+from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 
-async def check_intent(store: Store, resource: Resource) -> None:
-    """Raise InvalidObject (422) or Problem(409) when an intent does not fit with what is stored."""
+async def check_intent(store: Store, resource: Resource) -> int | None:
+    """Raise InvalidObject (422) or Problem(409) when an intent does not fit with what is stored. Returns the
+    revision as of which other claimants were weighed, when they were (see collides_with_intent_claims)."""
     spec = resource.spec
     project = resource.metadata.project or ""
     if not isinstance(spec, ServiceIntentSpec | EgressIntentSpec | IngressIntentSpec):
-        return
+        return None
     clouds = {o.name for o in (await store.list("LogicalCloud", project))[0]}
     errors = []
     if spec.placement.logical_cloud and spec.placement.logical_cloud not in clouds:
@@ -40,18 +42,19 @@ async def check_intent(store: Store, resource: Resource) -> None:
                     )
     if errors:
         raise InvalidObject(errors)
-    await _check_claims(store, resource)
+    return await _check_claims(store, resource)
 
 
-def intent_writes_may_collide(a: Resource, b: Resource) -> bool:
-    """Whether one of two writes could make the other fail its claim check: ingress intents sharing a host,
-    or service intents of one project claiming the same service port."""
-    if a.kind != b.kind or (a.metadata.project, a.metadata.name) == (b.metadata.project, b.metadata.name):
+def collides_with_intent_claims(resource: Resource, other: StoredObject) -> bool:
+    """Whether a stored object the claim checks did not see could have refused `resource`: an ingress intent
+    sharing one of its hosts, or a service intent of its project claiming the same service port."""
+    spec = resource.spec
+    if other.kind != resource.kind:
         return False
-    if isinstance(a.spec, IngressIntentSpec) and isinstance(b.spec, IngressIntentSpec):
-        return bool(set(a.spec.hosts) & set(b.spec.hosts))
-    if isinstance(a.spec, ServiceIntentSpec) and isinstance(b.spec, ServiceIntentSpec):
-        return a.metadata.project == b.metadata.project and _claimed_port(a.spec) == _claimed_port(b.spec)
+    if isinstance(spec, IngressIntentSpec):
+        return bool(set(spec.hosts) & set(other.spec.get("hosts", [])))
+    if isinstance(spec, ServiceIntentSpec):
+        return other.project == resource.metadata.project and _stored_claim(other) == _claimed_port(spec)
     return False
 
 
@@ -59,17 +62,26 @@ def _claimed_port(spec: ServiceIntentSpec) -> tuple[str | None, str, int]:
     return spec.placement.logical_cloud, spec.service.name, spec.service.port
 
 
+def _stored_claim(other: StoredObject) -> tuple[str | None, str, int]:
+    return (
+        (other.spec.get("placement") or {}).get("logicalCloud"),
+        other.spec["service"]["name"],
+        other.spec["service"]["port"],
+    )
+
+
 def _unknown_cloud(path: str, name: str) -> FieldError:
     return FieldError(path=path, message=f"logical cloud {name!r} does not exist in this project")
 
 
-async def _check_claims(store: Store, resource: Resource) -> None:
+async def _check_claims(store: Store, resource: Resource) -> int | None:
     """A user-facing host belongs to one IngressIntent, and a service port of a logical cloud to one
     ServiceIntent: two claimants would render conflicting Istio objects."""
     me = (resource.metadata.project, resource.metadata.name)
     spec = resource.spec
     if isinstance(spec, IngressIntentSpec):
-        for other in (await store.list("IngressIntent"))[0]:
+        ingresses, revision = await store.list("IngressIntent")
+        for other in ingresses:
             if (other.project, other.name) == me:
                 continue
             taken = set(spec.hosts) & set(other.spec.get("hosts", []))
@@ -77,16 +89,15 @@ async def _check_claims(store: Store, resource: Resource) -> None:
                 raise Problem(
                     409, f"host {sorted(taken)[0]} is already claimed by IngressIntent {other.project}/{other.name}"
                 )
+        return revision
     if isinstance(spec, ServiceIntentSpec):
         mine = _claimed_port(spec)
-        for other in (await store.list("ServiceIntent", resource.metadata.project))[0]:
+        services, revision = await store.list("ServiceIntent", resource.metadata.project)
+        for other in services:
             if (other.project, other.name) == me:
                 continue
-            theirs = (
-                (other.spec.get("placement") or {}).get("logicalCloud"),
-                other.spec["service"]["name"],
-                other.spec["service"]["port"],
-            )
-            if theirs == mine:
+            if _stored_claim(other) == mine:
                 owner = f"ServiceIntent {other.project}/{other.name}"
                 raise Problem(409, f"service {mine[1]} port {mine[2]} is already claimed by {owner}")
+        return revision
+    return None

@@ -23,7 +23,7 @@ from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
 from meshplane.security.tls import INSECURE_WARNING, server_credentials
-from meshplane.server.access_checks import ApiCatalog
+from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
@@ -118,9 +118,9 @@ def current_api_catalog(feeder: ProjectionFeeder, projection: FleetProjection) -
     """The projection's route catalog once it holds every write this server has answered, so two writes in a
     row from one client are checked against each other."""
 
-    async def catalog(spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+    async def catalog(spec: APISpec) -> KnownApis:
         await feeder.caught_up()
-        return projection.api_catalog(spec)
+        return KnownApis(*projection.api_catalog(spec), feeder.revision)
 
     return catalog
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry.trace import Span
 
@@ -20,12 +20,12 @@ from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import ApiCatalog, access_writes_may_collide, check_access, delete_dependents
-from meshplane.server.in_flight import InFlightWrites
-from meshplane.server.intent_checks import check_intent, intent_writes_may_collide
+from meshplane.server.access_checks import ApiCatalog, check_access, collides_with_access_checks, delete_dependents
+from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
-from meshplane.store.errors import NotFound
+from meshplane.store.batch import Fence
+from meshplane.store.errors import NotFound, Overtaken
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
@@ -120,15 +120,28 @@ def _in_project(project: str | None) -> Iterator[None]:
         raise
 
 
-def _writes_may_collide(a: Resource, b: Resource) -> bool:
-    return access_writes_may_collide(a, b) or intent_writes_may_collide(a, b)
+_T = TypeVar("_T")
+
+CHECK_ATTEMPTS = 5
+"""Times a write is checked again after writes it had to be weighed against overtook it, before it gives up."""
+
+
+def _fence(resource: Resource, seen: list[int | None]) -> Fence | None:
+    """The fence of a write whose checks weighed the other objects of its kind as of the oldest `seen` revision."""
+    revisions = [revision for revision in seen if revision is not None]
+    if not revisions:
+        return None
+
+    def collides(other: StoredObject) -> bool:
+        return collides_with_access_checks(resource, other) or collides_with_intent_claims(resource, other)
+
+    return Fence(min(revisions), frozenset({resource.kind}), collides)
 
 
 class ObjectService:
     def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
         self.store = store
         self.api_catalog = api_catalog
-        self._in_flight = InFlightWrites(_writes_may_collide)
 
     async def require_project(self, project: str) -> None:
         try:
@@ -168,30 +181,33 @@ class ObjectService:
             raise InvalidObject(errors)
         return resource
 
-    @asynccontextmanager
-    async def _admitted(
-        self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]
-    ) -> AsyncIterator[Resource]:
-        """The document as a resource that may be written, to be written inside the `async with`: valid, and
-        clashing with nothing stored nor with any write in flight. That its project exists is checked by the
-        write itself (see `_in_project`), in the same transaction."""
-        resource = self.validate(info, project, name, doc)
-
-        async def check() -> None:
-            await check_intent(self.store, resource)
-            await check_access(self.store, resource, self.api_catalog)
-
-        async with self._in_flight.admitted(resource, check):
-            yield resource
+    async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
+        """`write` the resource once it fits with what is stored, fenced so that it commits only if nothing it
+        was weighed against changed meanwhile (concurrent writes, here or on another server); if something
+        did, it is weighed again. That its project exists is checked by the write itself (see `_in_project`)."""
+        for _ in range(CHECK_ATTEMPTS):
+            seen = [
+                await check_intent(self.store, resource),
+                await check_access(self.store, resource, self.api_catalog),
+            ]
+            try:
+                return await write(_fence(resource, seen))
+            except Overtaken:
+                continue
+        raise Problem(409, f"{resource.kind} {resource.metadata.name}: what it is checked against kept changing; retry")
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
-            async with self._admitted(info, project, None, doc) as resource:
-                meta = resource.metadata
-                span.set_attribute("meshplane.name", meta.name)
+            resource = self.validate(info, project, None, doc)
+            meta = resource.metadata
+            span.set_attribute("meshplane.name", meta.name)
+
+            async def create(fence: Fence | None) -> StoredObject:
                 with _in_project(project):
                     written = _written(resource, project)
-                    stored = await self.store.create(info.kind, meta.project or "", meta.name, **written)
+                    return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
+
+            stored = await self._checked_write(resource, create)
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -204,15 +220,20 @@ class ObjectService:
     async def _put(
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None
     ) -> tuple[Resource, bool]:
-        async with self._admitted(info, project, name, doc) as resource:
-            meta = resource.metadata
-            expected = parse_revision(if_match, "If-Match")
-            if expected is None:
-                expected = parse_revision(meta.resource_version)
+        resource = self.validate(info, project, name, doc)
+        meta = resource.metadata
+        expected = parse_revision(if_match, "If-Match")
+        if expected is None:
+            expected = parse_revision(meta.resource_version)
+
+        async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
             with _in_project(project):
-                stored, created = await self.store.put(
-                    info.kind, meta.project or "", meta.name, expected_revision=expected, **_written(resource, project)
+                written = _written(resource, project)
+                return await self.store.put(
+                    info.kind, meta.project or "", meta.name, expected_revision=expected, fence=fence, **written
                 )
+
+        stored, created = await self._checked_write(resource, put)
         if created:
             await self._project_changed(info, meta.name)
         return to_resource(info, stored), created

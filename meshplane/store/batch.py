@@ -8,7 +8,7 @@ recorded in one transaction. A decision that raises takes back only its own chan
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -29,20 +29,40 @@ class Change:
     before: StoredObject | None
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a write's checks against other objects read: everything committed up to `revision`. The write is
+    refused if a live object of `kinds` written since then `collides` with it (the checks never saw it)."""
+
+    revision: int
+    kinds: frozenset[str]
+    collides: Callable[[StoredObject], bool]
+
+
 class WriteBatch:
     """The named objects as the decisions so far left them, and every change they recorded, in order."""
 
-    def __init__(self, revision: int, now: datetime, rows: Iterable[StoredObject]) -> None:
+    def __init__(
+        self, revision: int, now: datetime, rows: Iterable[StoredObject], newer: Iterable[StoredObject] = ()
+    ) -> None:
         self.revision = revision
         """The last revision taken: the database's before any change, then the newest change's."""
         self.now = now
         self._current: dict[ObjectKey, StoredObject | None] = {row.key: row for row in rows}
         self._stored = frozenset(self._current)
+        self._newer = list(newer)
+        """Committed rows loaded for the group's fences (see Fence); `written_since` picks what each needs."""
         self.changes: list[Change] = []
 
     def current(self, kind: str, project: str, name: str) -> StoredObject | None:
         """The row, tombstone or not, as the decisions before this one left it."""
         return self._current.get((kind, project, name))
+
+    def written_since(self, revision: int, kinds: Collection[str]) -> list[StoredObject]:
+        """Objects of `kinds` written after `revision`, committed or by this group, as they now stand."""
+        latest = {o.key: o for o in self._newer if o.revision > revision and o.kind in kinds}
+        latest.update((c.obj.key, c.obj) for c in self.changes if c.obj.kind in kinds)
+        return list(latest.values())
 
     def born(
         self, kind: str, project: str, name: str, spec: dict, labels: dict, annotations: dict, origin: str | None

@@ -33,6 +33,14 @@ class Conflict(StoreError):
         self.given = given
 
 
+class Overtaken(StoreError):
+    """An object the write's checks would have weighed was written after they read the store: check again."""
+
+    def __init__(self, kind: str, project: str, name: str, *, by: tuple[str, str, str]) -> None:
+        super().__init__(f"{_ref(kind, project, name)} was overtaken by a write of {_ref(*by)}")
+        self.by = by
+
+
 class Compacted(StoreError):
     """The events a consumer asked for are gone; it must take a fresh snapshot."""
 

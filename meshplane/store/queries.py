@@ -7,7 +7,7 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -60,14 +60,20 @@ _KEYS_PER_STATEMENT = 300
 """(kind, project, name) triples per IN list: well inside every backend's limit on bound parameters."""
 
 
-async def load_many(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]]) -> list[StoredObject]:
-    """The rows of the given keys that exist, tombstones included, in no particular order."""
+async def load_many(
+    conn: AsyncConnection, keys: Iterable[tuple[str, str, str]], written_after: tuple[int, Iterable[str]] | None = None
+) -> list[StoredObject]:
+    """The rows of the given keys that exist, tombstones included, in no particular order; and in the same
+    statement, with `written_after` (revision, kinds), the rows of those kinds written after that revision."""
     wanted = list(keys)
     found: list[StoredObject] = []
-    for start in range(0, len(wanted), _KEYS_PER_STATEMENT):
+    for start in range(0, max(len(wanted), 1), _KEYS_PER_STATEMENT):
         chunk = wanted[start : start + _KEYS_PER_STATEMENT]
-        statement = select(objects).where(tuple_(objects.c.kind, objects.c.project, objects.c.name).in_(chunk))
-        found.extend(StoredObject(**row._mapping) for row in await conn.execute(statement))
+        condition = tuple_(objects.c.kind, objects.c.project, objects.c.name).in_(chunk)
+        if written_after is not None and start == 0:
+            revision, kinds = written_after
+            condition = or_(condition, and_(objects.c.revision > revision, objects.c.kind.in_(list(kinds))))
+        found.extend(StoredObject(**row._mapping) for row in await conn.execute(select(objects).where(condition)))
     return found
 
 

@@ -27,9 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
-from meshplane.store.batch import Change, Decided, WriteBatch
+from meshplane.store.batch import Change, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
-from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
+from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken
 from meshplane.store.records import Delivery, Event, ObjectKey, StoredObject, TokenRecord
 
 NOTIFY_CHANNEL = "meshplane_events"
@@ -79,6 +79,7 @@ class _Pending(Generic[_R]):
     keys: builtins.list[ObjectKey]
     decision: Callable[[WriteBatch], _R]
     done: asyncio.Future[Decided[_R]]
+    fence: Fence | None
 
 
 class Store:
@@ -163,21 +164,24 @@ class Store:
         origin: str | None = None,
         trace_context: dict | None = None,
         within: ObjectKey | None = None,
+        fence: Fence | None = None,
     ) -> StoredObject:
         """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1).
         `within`: an object that must be live when the write commits (NotFound of it otherwise), such as the
-        project the new object belongs to."""
+        project the new object belongs to. `fence`: Overtaken if an object it names was written since the
+        caller's checks (see Fence)."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
         def decide(batch: WriteBatch) -> StoredObject:
             _require(batch, within)
+            _hold_fence(batch, fence, (kind, project, name))
             current = batch.current(kind, project, name)
             if current is not None and not current.deleted:
                 raise AlreadyExists(kind, project, name)
             obj = batch.born(kind, project, name, spec, labels, annotations, origin)
             return batch.record(obj, "create", trace_context)
 
-        return await self._write_object(kind, project, name, decide, within)
+        return await self._write_object(kind, project, name, decide, within, fence)
 
     @_timed
     async def put(
@@ -193,13 +197,15 @@ class Store:
         expected_revision: int | None = None,
         trace_context: dict | None = None,
         within: ObjectKey | None = None,
+        fence: Fence | None = None,
     ) -> tuple[StoredObject, bool]:
-        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`:
-        as for `create`."""
+        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`
+        and `fence`: as for `create`."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
         def decide(batch: WriteBatch) -> tuple[StoredObject, bool]:
             _require(batch, within)
+            _hold_fence(batch, fence, (kind, project, name))
             current = batch.current(kind, project, name)
             if current is None or current.deleted:
                 if expected_revision is not None:
@@ -220,7 +226,7 @@ class Store:
             )
             return batch.record(obj, "update", trace_context), False
 
-        return await self._write_object(kind, project, name, decide, within)
+        return await self._write_object(kind, project, name, decide, within, fence)
 
     @_timed
     async def delete(
@@ -499,26 +505,34 @@ class Store:
             yield conn
 
     async def _write_object(
-        self, kind: str, project: str, name: str, decision: Callable[[WriteBatch], _R], within: ObjectKey | None = None
+        self,
+        kind: str,
+        project: str,
+        name: str,
+        decision: Callable[[WriteBatch], _R],
+        within: ObjectKey | None = None,
+        fence: Fence | None = None,
     ) -> _R:
         """`_write` of one object's content, in a span (the child of the write that asked for it)."""
         attributes = {"db.system.name": self.dialect, "meshplane.kind": kind, "meshplane.name": name}
         if project:
             attributes["meshplane.project"] = project
         with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
-            result, changes = await self._write([(kind, project, name), *([within] if within else [])], decision)
+            keys = [(kind, project, name), *([within] if within else [])]
+            result, changes = await self._write(keys, decision, fence)
             span.set_attribute("meshplane.changed", bool(changes))
             if changes:
                 span.set_attribute("meshplane.revision", changes[0].obj.revision)
             return result
 
     async def _write(
-        self, keys: builtins.list[ObjectKey], decision: Callable[[WriteBatch], _R]
+        self, keys: builtins.list[ObjectKey], decision: Callable[[WriteBatch], _R], fence: Fence | None = None
     ) -> tuple[_R, builtins.list[Change]]:
-        """Run `decision` on the objects named by `keys`, in the next group commit; what it returned and the
-        changes it recorded, once they are committed (or the error it raised, which commits nothing of it)."""
+        """Run `decision` on the objects named by `keys` (and those `fence` names), in the next group commit;
+        what it returned and the changes it recorded, once they are committed (or the error it raised, which
+        commits nothing of it)."""
         done: asyncio.Future[Decided[_R]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(keys, decision, done))
+        self._pending.append(_Pending(keys, decision, done, fence))
         if self._committing is None or self._committing.done():
             self._committing = asyncio.create_task(self._commit_pending(), name="store-writes")
         decided = await asyncio.shield(done)
@@ -546,7 +560,10 @@ class Store:
         async with self._exclusive() as conn:
             revision, _ = await queries.read_meta(conn, lock=True)
             named = {key for pending in group for key in pending.keys}
-            batch = WriteBatch(revision, datetime.now(UTC), await queries.load_many(conn, named))
+            fences = [pending.fence for pending in group if pending.fence is not None]
+            fenced = (min(f.revision for f in fences), {kind for f in fences for kind in f.kinds}) if fences else None
+            rows = await queries.load_many(conn, named, fenced)
+            batch = WriteBatch(revision, datetime.now(UTC), [row for row in rows if row.key in named], rows)
             decided = [batch.decide(pending.decision) for pending in group]
             if batch.changes:
                 fresh, existing = batch.rows()
@@ -617,6 +634,14 @@ def _live(obj: StoredObject | None, kind: str, project: str, name: str) -> Store
 def _require(batch: WriteBatch, within: ObjectKey | None) -> None:
     if within is not None:
         _live(batch.current(*within), *within)
+
+
+def _hold_fence(batch: WriteBatch, fence: Fence | None, key: ObjectKey) -> None:
+    if fence is None:
+        return
+    for obj in batch.written_since(fence.revision, fence.kinds):
+        if obj.key != key and not obj.deleted and fence.collides(obj):
+            raise Overtaken(*key, by=obj.key)
 
 
 def _record_status(batch: WriteBatch, current: StoredObject, status: dict[str, Any]) -> StoredObject:
