@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from meshplane.server.app import create_app
 from meshplane.server.credentials import Credentials, credentials_router
-from meshplane.server.objects import ObjectService
+from meshplane.server.objects import CHECK_ATTEMPTS, ObjectService
 from meshplane.server.signing import SigningKeys, publish_key_set
-from meshplane.store.errors import NotFound
+from meshplane.store.errors import NotFound, Overtaken
 from meshplane.store.store import Store
 from tests.harness.north import north_client
 
@@ -390,6 +390,25 @@ async def test_a_write_refused_by_the_store_does_not_block_a_rival_on_its_route(
 
     assert refused.status_code in (404, 409), refused.text
     assert accepted.status_code == 201, accepted.text
+
+
+async def test_a_write_overtaken_again_and_again_gives_up_with_409_and_stores_nothing(
+    client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts: list[int] = []
+
+    async def always_overtaken(kind: str, project: str, name: str, **_: Any) -> None:
+        attempts.append(1)
+        raise Overtaken(kind, project, name, by=("API", "other", "rival"))
+
+    monkeypatch.setattr(store, "put", always_overtaken)
+    response = await put(client, "apis", api_doc("orders"))
+
+    assert response.status_code == 409
+    assert "kept changing" in response.json()["detail"]
+    assert len(attempts) == CHECK_ATTEMPTS
+    monkeypatch.undo()
+    assert (await client.get(f"{SHOP}/apis/orders")).status_code == 404
 
 
 async def test_apis_under_different_base_paths_are_accepted(client: httpx.AsyncClient) -> None:
