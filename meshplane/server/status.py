@@ -132,18 +132,28 @@ class StatusRollup:
             self._since = max(d.updated_at for d in reports)
         dirty = {(d.kind, d.project, d.name) for d in reports} | self.projection.take_dirty()
         keys = sorted(dirty)
+        statuses: list[tuple[ObjectKey, list[dict]]] = []
         for start in range(0, len(keys), _BATCH):
-            await self._roll(keys[start : start + _BATCH])
+            statuses += await self._roll(keys[start : start + _BATCH])
         touched, self._touched = self._touched, set()
         for cluster in touched | (self.projection.clusters.keys() - self._behind.keys()):
             self._behind[cluster] = behind(self._stale.get(cluster, ()), self.projection.objects)
         for cluster in self._behind.keys() - self.projection.clusters.keys():
             del self._behind[cluster]
         await self._publish_cluster_counts(touched)
+        # The clusters' summaries are written before the object statuses they sum up: whoever sees an object
+        # fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
+        await self.clusters.flush()
+        for key, entries in statuses:
+            with contextlib.suppress(NotFound):  # deleted meanwhile: its deliveries go with it
+                await self.store.merge_status(*key, {"clusters": entries})
         revision, now = await self.store.current_revision(), datetime.now(UTC)
         self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
 
-    async def _roll(self, keys: list[ObjectKey]) -> None:
+    async def _roll(self, keys: list[ObjectKey]) -> list[tuple[ObjectKey, list[dict]]]:
+        """Each key's delivery entries, counted against its clusters; returns the entries that changed, for
+        the caller to write."""
+        changed: list[tuple[ObjectKey, list[dict]]] = []
         reported: dict[ObjectKey, dict[str, Delivery]] = {}
         for delivery in await self.store.deliveries_of(keys):
             reported.setdefault((delivery.kind, delivery.project, delivery.name), {})[delivery.cluster] = delivery
@@ -173,8 +183,8 @@ class StatusRollup:
                 else:
                     errors.pop(key, None)
             if entries != stored.status.get("clusters", []):
-                with contextlib.suppress(NotFound):  # deleted meanwhile: its deliveries go with it
-                    await self.store.merge_status(*key, {"clusters": entries})
+                changed.append((key, entries))
+        return changed
 
     def _mark(self, cluster: str, key: ObjectKey, stale: bool) -> None:
         """Record whether `cluster` is behind on `key`; a cluster whose set changes is looked at again."""
