@@ -3,13 +3,11 @@ exactly what their cluster needs."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,23 +15,16 @@ import yaml
 
 from meshplane.client import load_documents
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
+from tests.harness.races import object_path, race_puts, rival_apis
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
 MANIFEST = "type.googleapis.com/meshplane.v1.Manifest"
 
 
-def path_of(doc: dict[str, Any]) -> str:
-    kind = doc["kind"].lower() + "s"
-    meta = doc["metadata"]
-    return (
-        f"/v1/projects/{meta['project']}/{kind}/{meta['name']}" if "project" in meta else f"/v1/{kind}/{meta['name']}"
-    )
-
-
 def apply(http: httpx.Client, *files: str) -> None:
     for file in files:
         for doc in load_documents((EXAMPLES / file).read_text()):
-            response = http.put(path_of(doc), json=doc)
+            response = http.put(object_path(doc), json=doc)
             assert response.status_code in (200, 201), response.text
 
 
@@ -60,12 +51,12 @@ def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(s
         apply(http, "clusters.yaml")
         [intent] = load_documents((EXAMPLES / "external.yaml").read_text())
         intent["spec"]["placement"] = {"logicalCloud": "nowhere"}
-        refused = http.put(path_of(intent), json=intent)
+        refused = http.put(object_path(intent), json=intent)
         assert refused.status_code == 422
         assert refused.json()["errors"][0]["path"] == "spec.placement.logicalCloud"
 
         [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
-        unserved = http.put(path_of(ingress), json=ingress)
+        unserved = http.put(object_path(ingress), json=ingress)
         assert unserved.status_code == 422
         assert unserved.json()["errors"][0]["path"] == "spec.routes[0]"
 
@@ -75,7 +66,7 @@ def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")
         [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
         ingress["metadata"]["name"] = "storefront-copy"
-        taken = http.put(path_of(ingress), json=ingress)
+        taken = http.put(object_path(ingress), json=ingress)
         assert taken.status_code == 409
         assert "shop.example.com" in taken.json()["detail"]
 
@@ -86,25 +77,9 @@ def test_of_concurrent_claims_on_one_host_or_route_one_is_accepted(server: Serve
         apply(http, "clusters.yaml", "service-to-service.yaml")
     [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
     ingresses = [{**ingress, "metadata": {**ingress["metadata"], "name": f"storefront-{n}"}} for n in range(6)]
-    backends = [{"host": "127.0.0.1", "port": 9001}]
-    apis = [
-        {
-            "kind": "API",
-            "metadata": {"name": f"orders-{n}", "project": "shop"},
-            "spec": {"basePath": "/orders", "backends": backends},
-        }
-        for n in range(6)
-    ]
 
-    async def race(rivals: list[dict[str, Any]]) -> list[int]:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
-            # Every connection opened first, so the writes reach the server together.
-            await asyncio.gather(*(http.get("/v1/projects/shop") for _ in rivals))
-            responses = await asyncio.gather(*(http.put(path_of(doc), json=doc) for doc in rivals))
-        return [response.status_code for response in responses]
-
-    for rivals in (ingresses, apis):
-        codes = asyncio.run(race(rivals))
+    for rivals in (ingresses, rival_apis("shop", 6)):
+        codes = race_puts([server], rivals)
         assert sorted(codes) == [201] + [409] * (len(rivals) - 1), codes
 
 

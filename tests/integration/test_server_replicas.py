@@ -9,11 +9,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
 from tests.harness.postgres import PostgresServer
+from tests.harness.races import race_puts, rival_apis
 
 
 @pytest.fixture
@@ -101,33 +101,8 @@ def test_apis_racing_for_one_route_through_two_replicas_leave_one(tmp_path: Path
         shutil.copytree(a.data_dir / "pki", tmp_path / "b" / "pki")
         shutil.copy(a.data_dir / "admin-token", tmp_path / "b" / "admin-token")
         with run_server(tmp_path, shared_database, name="b") as b:
-            backends = [{"host": "127.0.0.1", "port": 9001}]
-            rivals = [
-                {
-                    "kind": "API",
-                    "metadata": {"name": f"orders-{n}", "project": "default"},
-                    "spec": {"basePath": "/orders", "backends": backends},
-                }
-                for n in range(8)
-            ]
-
-            async def race() -> list[int]:
-                clients = [httpx.AsyncClient(base_url=s.url, headers=s.headers, timeout=10) for s in (a, b)]
-                try:
-                    # Connections opened first, so the writes reach both replicas together.
-                    await asyncio.gather(*(clients[n % 2].get("/v1/projects/default") for n in range(len(rivals))))
-                    responses = await asyncio.gather(
-                        *(
-                            clients[n % 2].put(f"/v1/projects/default/apis/{doc['metadata']['name']}", json=doc)
-                            for n, doc in enumerate(rivals)
-                        )
-                    )
-                finally:
-                    for client in clients:
-                        await client.aclose()
-                return [response.status_code for response in responses]
-
-            codes = asyncio.run(race())
+            rivals = rival_apis("default", 8)
+            codes = race_puts([a, b], rivals)
 
             assert sorted(codes) == [201] + [409] * (len(rivals) - 1), codes
             with a.http() as http:
