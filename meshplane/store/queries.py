@@ -64,10 +64,11 @@ async def load_many(
     conn: AsyncConnection, keys: Iterable[tuple[str, str, str]], written_after: tuple[int, Iterable[str]] | None = None
 ) -> list[StoredObject]:
     """The rows of the given keys that exist, tombstones included, in no particular order; and in the same
-    statement, with `written_after` (revision, kinds), the rows of those kinds written after that revision."""
+    statement as the first keys, with `written_after` (revision, kinds), the rows of those kinds written after
+    that revision."""
     wanted = list(keys)
     found: list[StoredObject] = []
-    for start in range(0, max(len(wanted), 1), _KEYS_PER_STATEMENT):
+    for start in range(0, len(wanted), _KEYS_PER_STATEMENT):
         chunk = wanted[start : start + _KEYS_PER_STATEMENT]
         condition = tuple_(objects.c.kind, objects.c.project, objects.c.name).in_(chunk)
         if written_after is not None and start == 0:
