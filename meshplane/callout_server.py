@@ -84,7 +84,7 @@ class CalloutServer:
         await self._server.start(host, port, backlog=1024)
 
     async def stop(self, grace: float) -> None:
-        """Calls in flight get up to `grace` seconds to answer; whatever is left then is cancelled."""
+        """Calls in flight get up to `grace` seconds to answer; those still running then are answered UNAVAILABLE."""
         self._stopping = True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
