@@ -136,7 +136,7 @@ async def put(project: str, name: str, document: dict) -> dict:
     return document
 
 
-config = uvicorn.Config(app, host="127.0.0.1", port={port}, loop="asyncio", log_config=None, access_log=False)
+config = uvicorn.Config(app, host="127.0.0.1", port={port}, loop="uvloop", log_config=None, access_log=False)
 server = uvicorn.Server(config)
 server.run()
 """

@@ -152,7 +152,7 @@ def server(
     configure_logging(settings.log_format, settings.log_level)
     configure_tracing("meshplane-server", settings.otlp_endpoint)
     try:
-        run_until_signalled(lambda stop: run_server(settings, stop, own_process=True))
+        run_until_signalled(lambda stop: run_server(settings, stop, own_process=True), fast_loop=True)
     except PkiError as exc:
         err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
