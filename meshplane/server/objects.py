@@ -9,8 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -149,6 +149,17 @@ class ObjectService:
         except NotFound:
             raise _missing_project(project) from None
 
+    @asynccontextmanager
+    async def _project_first(self, project: str | None) -> AsyncIterator[None]:
+        """A write to a project that is not there answers 404 even when its body is also invalid or clashes:
+        the missing project is the first thing wrong with it. The project is read only on such a refusal."""
+        try:
+            yield
+        except (InvalidObject, Problem) as exc:
+            if project is not None and not (isinstance(exc, Problem) and exc.status == 404):
+                await self.require_project(project)
+            raise
+
     def validate(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
         """Check a document against its kind and against where it was sent (path project and name)."""
         if not isinstance(doc, Mapping):
@@ -198,16 +209,17 @@ class ObjectService:
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
-            resource = self.validate(info, project, None, doc)
-            meta = resource.metadata
-            span.set_attribute("meshplane.name", meta.name)
+            async with self._project_first(project):
+                resource = self.validate(info, project, None, doc)
+                meta = resource.metadata
+                span.set_attribute("meshplane.name", meta.name)
 
-            async def create(fence: Fence | None) -> StoredObject:
-                with _in_project(project):
-                    written = _written(resource, project)
-                    return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
+                async def create(fence: Fence | None) -> StoredObject:
+                    with _in_project(project):
+                        written = _written(resource, project)
+                        return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
 
-            stored = await self._checked_write(resource, create)
+                stored = await self._checked_write(resource, create)
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -215,7 +227,8 @@ class ObjectService:
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None = None
     ) -> tuple[Resource, bool]:
         with _write_span(info, "put", project, name):
-            return await self._put(info, project, name, doc, if_match)
+            async with self._project_first(project):
+                return await self._put(info, project, name, doc, if_match)
 
     async def _put(
         self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None

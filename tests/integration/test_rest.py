@@ -292,6 +292,36 @@ async def test_unknown_project_answers_404(client: httpx.AsyncClient, method: st
     assert "nope" in response.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    ("method", "url", "doc"),
+    [
+        ("PUT", "/v1/projects/nope/apis/orders", {"kind": "API", "metadata": {"name": "orders"}, "spec": {}}),
+        ("POST", "/v1/projects/nope/apis", {"kind": "API", "metadata": {"name": "orders"}, "spec": {"basePath": 3}}),
+        ("PUT", "/v1/projects/nope/apis/orders", {**api_doc(), "metadata": {"name": "other", "project": "shop"}}),
+        (
+            "PUT",
+            "/v1/projects/nope/subscriptions/s",
+            {"kind": "Subscription", "metadata": {"name": "s"}, "spec": {"application": "app", "api": "orders"}},
+        ),
+    ],
+    ids=["invalid-put", "invalid-post", "mismatched-metadata", "names-missing-objects"],
+)
+async def test_a_refused_write_to_an_unknown_project_answers_404_first(
+    client: httpx.AsyncClient, method: str, url: str, doc: dict[str, Any]
+) -> None:
+    response = await client.request(method, url, json=doc)
+
+    assert response.status_code == 404
+    assert "nope" in response.json()["detail"]
+
+
+async def test_an_invalid_body_in_a_known_project_still_answers_422(client: httpx.AsyncClient) -> None:
+    response = await client.put(f"{APIS}/orders", json={"kind": "API", "metadata": {"name": "orders"}, "spec": {}})
+
+    assert response.status_code == 422
+    assert (await client.get(f"{APIS}/orders")).status_code == 404
+
+
 @pytest.mark.parametrize("url", ["/v1/bogus", "/v1/projects/shop/bogus", "/v1/projects/shop/bogus/x"])
 async def test_unknown_plural_answers_404_problem(client: httpx.AsyncClient, url: str) -> None:
     response = await client.get(url)
