@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from meshplane.client import ApiError, MeshplaneClient, ServerUnreachable, load_documents
+from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
 from meshplane.model.registry import REGISTRY, UnknownKind
 from meshplane.observability.logging import configure_logging
@@ -353,20 +353,20 @@ def apply(
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
 ) -> None:
-    """Create or replace every object of a (multi-document) YAML file."""
+    """Create or replace every object of a (multi-document) YAML file, those that others name first (projects,
+    then APIs and applications, then what names them), many at a time; the first refusal stops it."""
     with user_errors():
         docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
     code = 0
 
     async def call() -> None:
         nonlocal code
+
+        def show(done: Applied) -> None:
+            out.print(f"{done.label} {'created' if done.created else 'configured'}", highlight=False)
+
         async with MeshplaneClient(server, token) as client:
-            applied = []
-            for doc in docs:
-                applied.append(done := await client.put(doc, project))
-                verb = "created" if done.created else "configured"
-                where = f" -p {done.project}" if done.project else ""
-                out.print(f"{REGISTRY.get(done.kind).plural}/{done.name}{where} {verb}", highlight=False)
+            applied = await client.apply(docs, project, on_applied=show)
             if wait:
                 from meshplane.cli_ops import wait_for_rollouts
 

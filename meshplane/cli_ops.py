@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from meshplane.client import ApiError, Applied, MeshplaneClient
+from meshplane.client import ApiError, Applied, MeshplaneClient, object_label
 from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
 
@@ -35,11 +35,6 @@ PENDING = DeliveryState.PENDING.value
 SETTLED = frozenset({APPLIED, FAILED})
 
 EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 2
-
-
-def object_label(kind: str, name: str, project: str | None) -> str:
-    """`apis/orders -p shop`: how the CLI names an object, as `apply` prints it."""
-    return f"{REGISTRY.get(kind).plural}/{name}" + (f" -p {project}" if project else "")
 
 
 # --- apply --wait -------------------------------------------------------------------------------

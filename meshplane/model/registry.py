@@ -64,6 +64,9 @@ class KindInfo:
     exposed: bool = True
     """False for kinds neither REST nor the watch serve (credential records: their own endpoints show
     what may be shown of them)."""
+    names: tuple[str, ...] = ()
+    """Kinds whose objects this kind's objects name and must find stored when written (a project-scoped
+    object also needs its project): what `meshplane apply` stores first."""
     model: type[Resource] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +119,12 @@ class KindRegistry:
         except KeyError:
             raise UnknownKind(word, list(self._by_kind)) from None
 
+    def depth(self, info: KindInfo) -> int:
+        """0 for a kind that names no other; else one more than the deepest kind it names (a project-scoped
+        kind names its project). Objects of lesser depth can all be stored before it."""
+        named = [*info.names, *(["Project"] if info.namespaced else [])]
+        return 1 + max(self.depth(self.get(kind)) for kind in named) if named else 0
+
     def by_type_url(self, type_url: str) -> KindInfo:
         return self._by_type_url[type_url]
 
@@ -164,17 +173,31 @@ REGISTRY = KindRegistry(
         KindInfo("Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus),
         KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API),
         KindInfo("LogicalCloud", "logicalclouds", Scope.PROJECT, LogicalCloudSpec),
-        KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec),
-        KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec),
-        KindInfo("IngressIntent", "ingressintents", Scope.PROJECT, IngressIntentSpec),
+        KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec, names=("LogicalCloud",)),
+        KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec, names=("LogicalCloud",)),
+        KindInfo(
+            "IngressIntent",
+            "ingressintents",
+            Scope.PROJECT,
+            IngressIntentSpec,
+            names=("LogicalCloud", "ServiceIntent"),
+        ),
         KindInfo("Application", "applications", Scope.PROJECT, ApplicationSpec, message=resources_pb2.Application),
-        KindInfo("Subscription", "subscriptions", Scope.PROJECT, SubscriptionSpec, message=resources_pb2.Subscription),
+        KindInfo(
+            "Subscription",
+            "subscriptions",
+            Scope.PROJECT,
+            SubscriptionSpec,
+            message=resources_pb2.Subscription,
+            names=("Application", "API"),
+        ),
         KindInfo(
             "RateLimitPolicy",
             "ratelimitpolicies",
             Scope.PROJECT,
             RateLimitPolicySpec,
             message=resources_pb2.RateLimitPolicy,
+            names=("API",),
         ),
         KindInfo(
             "ApplicationKey",

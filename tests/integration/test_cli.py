@@ -190,6 +190,51 @@ def test_apply_of_an_invalid_object_names_the_field_path(server: ServerProcess) 
     _assert_clean_failure(result, "422", "spec.backends[0].port")
 
 
+BACKWARDS = """\
+kind: Subscription
+metadata: {name: gold, project: backwards}
+spec: {application: shopper, api: carts}
+---
+kind: Application
+metadata: {name: shopper, project: backwards}
+spec: {}
+---
+kind: API
+metadata: {name: carts, project: backwards}
+spec: {basePath: /backwards, backends: [{host: 127.0.0.1, port: 9001}]}
+---
+kind: Project
+metadata: {name: backwards}
+spec: {}
+"""
+
+
+def test_apply_stores_what_others_name_first_whatever_the_order_of_the_file(server: ServerProcess) -> None:
+    result = meshplane("apply", "-f", "-", server=server, stdin=BACKWARDS)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "projects/backwards created",
+        "applications/shopper -p backwards created",
+        "apis/carts -p backwards created",
+        "subscriptions/gold -p backwards created",
+    ]
+    with server.http() as http:
+        assert http.get("/v1/projects/backwards/subscriptions/gold").json()["spec"]["api"] == "carts"
+
+
+def test_apply_stops_at_a_refusal_keeping_what_was_stored_and_sending_nothing_after(server: ServerProcess) -> None:
+    manifest = BACKWARDS.replace("backwards", "halted").replace("port: 9001", "port: 99999")
+
+    result = meshplane("apply", "-f", "-", server=server, stdin=manifest)
+
+    _assert_clean_failure(result, "apis/carts -p halted: 422", "spec.backends[0].port", "1 more document not sent")
+    assert result.stdout.splitlines() == ["projects/halted created", "applications/shopper -p halted created"]
+    with server.http() as http:
+        assert http.get("/v1/projects/halted/applications/shopper").status_code == 200
+        assert http.get("/v1/projects/halted/subscriptions/gold").status_code == 404
+
+
 def test_apply_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
     result = meshplane("apply", "-f", "-", server=server, stdin="kind: Gadget\nmetadata: {name: g}\nspec: {}\n")
 
