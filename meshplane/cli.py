@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from meshplane.bulk import apply_file, delete_file
 from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
 from meshplane.model.registry import REGISTRY, UnknownKind
@@ -366,7 +367,7 @@ def apply(
             out.print(f"{done.label} {'created' if done.created else 'configured'}", highlight=False)
 
         async with MeshplaneClient(server, token) as client:
-            applied = await client.apply(docs, project, on_applied=show)
+            applied = await apply_file(client, docs, project, on_applied=show)
             if wait:
                 from meshplane.cli_ops import wait_for_rollouts
 
@@ -474,13 +475,26 @@ def get(
 
 @app.command()
 def delete(
-    kind: Annotated[str, typer.Argument(help="kind or plural")],
-    name: Annotated[str, typer.Argument()],
+    kind: Annotated[str | None, typer.Argument(help="kind or plural", show_default=False)] = None,
+    name: Annotated[str | None, typer.Argument(show_default=False)] = None,
+    file: Annotated[
+        str | None, typer.Option("-f", "--filename", help="every object of a YAML file (or - for standard input)")
+    ] = None,
+    ignore_not_found: Annotated[
+        bool, typer.Option("--ignore-not-found", help="with -f: an object already gone is not an error")
+    ] = False,
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
 ) -> None:
-    """Delete an object."""
+    """Delete an object, or every object a file declares (those naming others first, projects last); the
+    first refusal stops it."""
+    if (file is None) == (kind is None or name is None) or (file is not None and kind is not None):
+        raise typer.BadParameter("give KIND NAME, or -f FILE")
+    if file is not None:
+        _delete_file(file, ignore_not_found, project, server, token)
+        return
+    assert kind is not None and name is not None
     _request(
         server,
         token,
@@ -489,6 +503,23 @@ def delete(
             f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False
         ),
     )
+
+
+def _delete_file(file: str, ignore_not_found: bool, project: str, server: str, token: str | None) -> None:
+    with user_errors():
+        docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
+
+    async def call() -> None:
+        async with MeshplaneClient(server, token) as client:
+            await delete_file(
+                client,
+                docs,
+                project,
+                on_deleted=lambda target: out.print(f"{target.label} deleted", highlight=False),
+                ignore_not_found=ignore_not_found,
+            )
+
+    run_client(call())
 
 
 def _cluster_rows(clusters: list[dict[str, Any]]) -> Table:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,19 +25,6 @@ class ApiError(Exception):
         super().__init__("\n".join(lines))
 
 
-class ApplyFailed(ApiError):
-    """The documents of an apply the server refused, each with its answer (the first gives the status), and
-    how many documents were then not sent."""
-
-    def __init__(self, refused: Sequence[tuple[Target, ApiError]], unsent: int):
-        first = refused[0][1]
-        super().__init__(first.status, first.detail, first.errors)
-        lines = [f"{target.label}: {error}" for target, error in refused]
-        if unsent:
-            lines.append(f"{unsent} more document{'s' if unsent > 1 else ''} not sent")
-        self.args = ("\n".join(lines),)
-
-
 class ServerUnreachable(Exception):
     """The server did not answer at all (refused, timed out, bad address): no HTTP status to report."""
 
@@ -56,13 +42,9 @@ def object_label(kind: str, name: str, project: str | None) -> str:
     return f"{REGISTRY.get(kind).plural}/{name}" + (f" -p {project}" if project else "")
 
 
-APPLY_CONCURRENCY = 16
-"""Documents of one wave of an apply sent at once: enough for the server to store them in shared commits."""
-
-
 @dataclass(frozen=True)
 class Target:
-    """Where one document of an apply goes."""
+    """The object a document describes: where a PUT or a DELETE of it goes."""
 
     info: KindInfo
     project: str | None
@@ -85,20 +67,6 @@ class Target:
     @property
     def label(self) -> str:
         return object_label(self.info.kind, self.name, self.project)
-
-
-def apply_waves(docs: Sequence[dict[str, Any]], project: str | None) -> list[list[tuple[Target, dict[str, Any]]]]:
-    """The documents in groups that can each be sent all at once: a document comes after those of the kinds
-    it names (see KindRegistry.depth) and after an earlier document for the same object; otherwise in file
-    order. Raises, having sent nothing, when a document lacks a kind or a name or has an unknown kind."""
-    waves: list[list[tuple[Target, dict[str, Any]]]] = []
-    wave_of: dict[Target, int] = {}
-    for target, doc in [(Target.of(doc, project), doc) for doc in docs]:
-        wave = max(REGISTRY.depth(target.info), wave_of.get(target, -1) + 1)
-        wave_of[target] = wave
-        waves.extend([] for _ in range(wave + 1 - len(waves)))
-        waves[wave].append((target, doc))
-    return [wave for wave in waves if wave]
 
 
 def keys_path(project: str, application: str, key_id: str | None = None) -> str:
@@ -161,54 +129,11 @@ class MeshplaneClient:
 
     async def put(self, doc: dict[str, Any], project: str | None = None) -> Applied:
         """Create or replace an object."""
-        return await self._put(Target.of(doc, project), doc)
+        return await self.put_at(Target.of(doc, project), doc)
 
-    async def _put(self, target: Target, doc: dict[str, Any]) -> Applied:
+    async def put_at(self, target: Target, doc: dict[str, Any]) -> Applied:
         response = await self._call("PUT", object_path(target.info, target.project, target.name), json=doc)
         return Applied(target.info.kind, target.name, target.project, response.status_code == 201, response.json())
-
-    async def apply(
-        self,
-        docs: Sequence[dict[str, Any]],
-        project: str | None = None,
-        on_applied: Callable[[Applied], None] = lambda _: None,
-        concurrency: int = APPLY_CONCURRENCY,
-    ) -> list[Applied]:
-        """Create or replace every document (what `meshplane apply` does), a wave at a time (see apply_waves),
-        up to `concurrency` of a wave at once. `on_applied` hears of each document as soon as it and those
-        before it in its wave are stored, so what it shows keeps the file's order. A refusal stops the apply:
-        documents not sent by then are not sent, and ApplyFailed names the refused ones."""
-        waves = apply_waves(docs, project)
-        slots = asyncio.Semaphore(concurrency)
-        refused: dict[int, tuple[Target, ApiError]] = {}
-        applied: list[Applied] = []
-
-        async def send(position: int, target: Target, doc: dict[str, Any]) -> Applied | None:
-            async with slots:
-                if refused:
-                    return None
-                try:
-                    return await self._put(target, doc)
-                except ApiError as exc:
-                    refused[position] = (target, exc)
-                    return None
-
-        for number, wave in enumerate(waves):
-            sending = [asyncio.ensure_future(send(position, *planned)) for position, planned in enumerate(wave)]
-            stored = 0
-            try:
-                for task in sending:
-                    if (done := await task) is not None:
-                        stored += 1
-                        applied.append(done)
-                        on_applied(done)
-            finally:
-                for task in sending:
-                    task.cancel()
-            if refused:
-                unsent = len(wave) - stored - len(refused) + sum(len(later) for later in waves[number + 1 :])
-                raise ApplyFailed([refused[position] for position in sorted(refused)], unsent)
-        return applied
 
     async def get(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
         info = REGISTRY.resolve(kind)
@@ -241,7 +166,10 @@ class MeshplaneClient:
 
     async def delete(self, kind: str, name: str, project: str | None = None) -> dict[str, Any]:
         info = REGISTRY.resolve(kind)
-        return (await self._call("DELETE", object_path(info, project if info.namespaced else None, name))).json()
+        return await self.delete_at(Target(info, project if info.namespaced else None, name))
+
+    async def delete_at(self, target: Target) -> dict[str, Any]:
+        return (await self._call("DELETE", object_path(target.info, target.project, target.name))).json()
 
     async def issue_key(
         self, application: str, project: str, expires_in: str | None = None, key: str | None = None

@@ -235,6 +235,36 @@ def test_apply_stops_at_a_refusal_keeping_what_was_stored_and_sending_nothing_af
         assert http.get("/v1/projects/halted/subscriptions/gold").status_code == 404
 
 
+def test_delete_of_a_file_removes_its_objects_projects_last(server: ServerProcess) -> None:
+    manifest = BACKWARDS.replace("backwards", "teardown")
+    assert meshplane("apply", "-f", "-", server=server, stdin=manifest).returncode == 0
+
+    result = meshplane("delete", "-f", "-", server=server, stdin=manifest)
+    again = meshplane("delete", "-f", "-", server=server, stdin=manifest)
+    ignored = meshplane("delete", "-f", "-", "--ignore-not-found", server=server, stdin=manifest)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "subscriptions/gold -p teardown deleted",
+        "applications/shopper -p teardown deleted",
+        "apis/carts -p teardown deleted",
+        "projects/teardown deleted",
+    ]
+    with server.http() as http:
+        assert http.get("/v1/projects/teardown").status_code == 404
+    _assert_clean_failure(again, "subscriptions/gold -p teardown: 404", "3 more documents not sent")
+    assert ignored.returncode == 0, ignored.stderr
+    assert ignored.stdout == ""
+
+
+@pytest.mark.parametrize("args", [[], ["api"], ["api", "orders", "-f", "-"]])
+def test_delete_needs_a_kind_and_name_or_a_file(args: list[str]) -> None:
+    result = meshplane("delete", *args, server="http://127.0.0.1:1")
+
+    assert result.returncode == 2
+    assert "KIND NAME, or -f FILE" in result.stderr
+
+
 def test_apply_of_an_unknown_kind_fails_cleanly(server: ServerProcess) -> None:
     result = meshplane("apply", "-f", "-", server=server, stdin="kind: Gadget\nmetadata: {name: g}\nspec: {}\n")
 
