@@ -122,6 +122,9 @@ def _in_project(project: str | None) -> Iterator[None]:
 
 _T = TypeVar("_T")
 
+_USER_KINDS_IN_PROJECTS = [info for info in REGISTRY if info.namespaced and info.writable]
+"""What a project must not hold when it is deleted."""
+
 CHECK_ATTEMPTS = 5
 """Times a write is checked again after writes it had to be weighed against overtook it, before it gives up."""
 
@@ -136,6 +139,20 @@ def _fence(resource: Resource, seen: list[int | None]) -> Fence | None:
         return collides_with_access_checks(resource, other) or collides_with_intent_claims(resource, other)
 
     return Fence(min(revisions), frozenset({resource.kind}), collides)
+
+
+async def _fenced(
+    check: Callable[[], Awaitable[Fence | None]], write: Callable[[Fence | None], Awaitable[_T]], what: str
+) -> _T:
+    """`write` once `check` passes, with the fence it returns, so that the write commits only if nothing checked
+    changed meanwhile (concurrent writes, here or on another server); if something did, it is checked again."""
+    for _ in range(CHECK_ATTEMPTS):
+        fence = await check()
+        try:
+            return await write(fence)
+        except Overtaken:
+            continue
+    raise Problem(409, f"{what}: what it is checked against kept changing; retry")
 
 
 class ObjectService:
@@ -193,19 +210,17 @@ class ObjectService:
         return resource
 
     async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
-        """`write` the resource once it fits with what is stored, fenced so that it commits only if nothing it
-        was weighed against changed meanwhile (concurrent writes, here or on another server); if something
-        did, it is weighed again. That its project exists is checked by the write itself (see `_in_project`)."""
-        for _ in range(CHECK_ATTEMPTS):
+        """`write` the resource once it fits with what is stored (see `_fenced`). That its project exists is
+        checked by the write itself (see `_in_project`)."""
+
+        async def check() -> Fence | None:
             seen = [
                 await check_intent(self.store, resource),
                 await check_access(self.store, resource, self.api_catalog),
             ]
-            try:
-                return await write(_fence(resource, seen))
-            except Overtaken:
-                continue
-        raise Problem(409, f"{resource.kind} {resource.metadata.name}: what it is checked against kept changing; retry")
+            return _fence(resource, seen)
+
+        return await _fenced(check, write, f"{resource.kind} {resource.metadata.name}")
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
@@ -276,15 +291,22 @@ class ObjectService:
         with _write_span(info, "delete", project, name):
             if project is not None:
                 await self.require_project(project)
-            if info.kind == "Project":
-                await self._refuse_non_empty_project(name)
-            stored = await self.store.delete(
-                info.kind,
-                project or "",
-                name,
-                expected_revision=parse_revision(if_match, "If-Match"),
-                trace_context=current_carrier(),
-            )
+            expected = parse_revision(if_match, "If-Match")
+
+            async def check() -> Fence | None:
+                return await self._refuse_non_empty_project(name) if info.kind == "Project" else None
+
+            async def delete(fence: Fence | None) -> StoredObject:
+                return await self.store.delete(
+                    info.kind,
+                    project or "",
+                    name,
+                    expected_revision=expected,
+                    trace_context=current_carrier(),
+                    fence=fence,
+                )
+
+            stored = await _fenced(check, delete, f"{info.kind} {name}")
             await delete_dependents(self.store, info.kind, project or "", name)
             await self._project_changed(info, name)
             return to_resource(info, stored)
@@ -294,13 +316,17 @@ class ObjectService:
         if info.kind == "Project":
             await rehome(self.store, name)
 
-    async def _refuse_non_empty_project(self, project: str) -> None:
-        """Objects users wrote must go first; those only the system writes follow the project (see `rehome`)."""
-        for info in REGISTRY:
-            if info.namespaced and info.writable:
-                items, _ = await self.store.list(info.kind, project, limit=1)
-                if items:
-                    raise Problem(409, f"project {project!r} still holds {info.plural}; delete them first")
+    async def _refuse_non_empty_project(self, project: str) -> Fence:
+        """Objects users wrote must go first; those only the system writes follow the project (see `rehome`).
+        The fence fails the delete over if such an object lands in the project after this look."""
+        revisions = []
+        for info in _USER_KINDS_IN_PROJECTS:
+            items, revision = await self.store.list(info.kind, project, limit=1)
+            if items:
+                raise Problem(409, f"project {project!r} still holds {info.plural}; delete them first")
+            revisions.append(revision)
+        kinds = frozenset(info.kind for info in _USER_KINDS_IN_PROJECTS)
+        return Fence(min(revisions), kinds, lambda other: other.project == project)
 
     async def get(self, info: KindInfo, project: str | None, name: str) -> Resource:
         if project is not None:

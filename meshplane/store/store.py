@@ -237,15 +237,18 @@ class Store:
         *,
         expected_revision: int | None = None,
         trace_context: dict | None = None,
+        fence: Fence | None = None,
     ) -> StoredObject:
-        """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it."""
+        """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it.
+        `fence`: as for `create`."""
 
         def decide(batch: WriteBatch) -> StoredObject:
+            _hold_fence(batch, fence, (kind, project, name))
             current = _live(batch.current(kind, project, name), kind, project, name)
             _check_expected(current, expected_revision)
             return batch.record(batch.changed_from(current, deleted=True), "delete", trace_context)
 
-        return await self._write_object(kind, project, name, decide)
+        return await self._write_object(kind, project, name, decide, fence=fence)
 
     @_timed
     async def set_status(self, kind: str, project: str, name: str, status: dict) -> StoredObject:

@@ -341,6 +341,25 @@ async def test_deleting_a_project_that_still_holds_apis_is_refused_with_409(clie
     assert (await client.get("/v1/projects/shop")).status_code == 200
 
 
+async def test_deleting_a_project_refuses_an_object_that_landed_in_it_after_the_look(
+    client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_delete = store.delete
+
+    async def rival_lands_first(kind: str, project: str, name: str, **kwargs: Any) -> Any:
+        monkeypatch.setattr(store, "delete", real_delete)
+        await store.put("API", "shop", "late", spec=api_doc("late")["spec"], within=("Project", "", "shop"))
+        return await real_delete(kind, project, name, **kwargs)
+
+    monkeypatch.setattr(store, "delete", rival_lands_first)
+    response = await client.delete("/v1/projects/shop")
+
+    assert response.status_code == 409, response.text
+    assert "apis" in response.json()["detail"]
+    assert (await client.get("/v1/projects/shop")).status_code == 200
+    assert (await client.get(f"{APIS}/late")).status_code == 200
+
+
 async def test_deleting_an_empty_project_succeeds(client: httpx.AsyncClient) -> None:
     await client.put(f"{APIS}/orders", json=api_doc())
     await client.delete(f"{APIS}/orders")

@@ -68,3 +68,16 @@ async def test_a_write_by_another_store_on_the_database_refuses_the_write(store:
         assert [o.name for o in (await store.list("Route"))[0]] == [theirs.name]
     finally:
         await other.close()
+
+
+async def test_a_fenced_delete_is_refused_by_what_landed_after_its_look_and_deletes_nothing(store: Store) -> None:
+    await store.create("Project", "", "shop", spec={})
+    checked_at = await store.current_revision()
+    await store.create("Route", "shop", "late", spec={"path": "/orders"})
+    holds_nothing = Fence(checked_at, frozenset({"Route"}), lambda other: other.project == "shop")
+
+    with pytest.raises(Overtaken) as overtaken:
+        await store.delete("Project", "", "shop", fence=holds_nothing)
+
+    assert overtaken.value.by == ("Route", "shop", "late")
+    assert not (await store.get("Project", "", "shop")).deleted
