@@ -9,7 +9,6 @@ so keys issued under them keep working until they are retired.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import os
@@ -47,8 +46,10 @@ class SigningKey:
 
 
 def _kid(private: ec.EllipticCurvePrivateKey) -> str:
+    """Hex of the public key's digest: safe as a file name and as a command-line argument (base64url may start
+    with `-`, which a shell command then takes for an option)."""
     der = private.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return base64.urlsafe_b64encode(hashlib.sha256(der).digest()[:12]).decode().rstrip("=")
+    return hashlib.sha256(der).hexdigest()[:24]
 
 
 class SigningKeys:
@@ -94,9 +95,10 @@ class SigningKeys:
 
     def retire(self, kid: str) -> None:
         """Stop trusting a key: what it signed stops working once the key set reaches the gateways."""
-        path = self.directory / f"{kid}.pem"
-        if not path.exists():
+        paths = {path.stem: path for path in self._paths()}
+        if kid not in paths:  # by lookup, never by joining a path: a kid is the caller's text
             raise KeyError(kid)
+        path = paths[kid]
         if len(self._paths()) == 1:
             raise ValueError("the only signing key cannot be retired; rotate first")
         (self.directory / f"{kid}.retired").touch()
