@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from meshplane.bulk import CONCURRENCY
 from meshplane.client import ApiError, Applied, MeshplaneClient, object_label
 from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
@@ -334,23 +335,27 @@ def object_diff(label: str, current: Mapping[str, Any] | None, desired: Mapping[
 
 
 async def diff_documents(client: MeshplaneClient, docs: Sequence[Mapping[str, Any]], project: str) -> list[str]:
-    """One diff per document that differs from the server (or is not there yet)."""
-    diffs = []
-    for raw in docs:
-        doc = with_project(raw, project)
-        info = REGISTRY.resolve(str(doc["kind"]))
+    """One diff per document that differs from the server (or is not there yet), in file order. Every
+    document is checked before the server is read, many documents at once."""
+    desired = [with_project(raw, project) for raw in docs]
+    for doc in desired:
         REGISTRY.parse(doc)  # a document apply would refuse is an error, not a difference
+    slots = asyncio.Semaphore(CONCURRENCY)
+
+    async def diff(doc: dict[str, Any]) -> str:
+        info = REGISTRY.resolve(str(doc["kind"]))
         meta = doc["metadata"]
         scope = meta.get("project") if info.namespaced else None
-        try:
-            current: dict[str, Any] | None = await client.get(info.kind, meta["name"], scope)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-            current = None
-        if text := object_diff(object_label(info.kind, meta["name"], scope), current, doc):
-            diffs.append(text)
-    return diffs
+        async with slots:
+            try:
+                current: dict[str, Any] | None = await client.get(info.kind, meta["name"], scope)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                current = None
+        return object_diff(object_label(info.kind, meta["name"], scope), current, doc)
+
+    return [text for text in await asyncio.gather(*(diff(doc) for doc in desired)) if text]
 
 
 # --- keys ---------------------------------------------------------------------------------------
