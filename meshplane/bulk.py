@@ -37,9 +37,15 @@ def waves(docs: Sequence[Document], project: str | None) -> list[Wave]:
     comes after those of the kinds it names (see KindRegistry.depth) and after an earlier document for the
     same object; otherwise in file order. Raises, having sent nothing, when a document lacks a kind or a name
     or has an unknown kind."""
+    placed = []
+    for number, doc in enumerate(docs, 1):
+        try:
+            placed.append((Target.of(doc, project), doc))
+        except ApiError as exc:
+            raise ApiError(exc.status, f"document {number}: {exc.detail}", exc.errors) from None
     planned: list[Wave] = []
     wave_of: dict[Target, int] = {}
-    for target, doc in [(Target.of(doc, project), doc) for doc in docs]:
+    for target, doc in placed:
         wave = max(REGISTRY.depth(target.info), wave_of.get(target, -1) + 1)
         wave_of[target] = wave
         planned.extend([] for _ in range(wave + 1 - len(planned)))

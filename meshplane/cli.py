@@ -489,12 +489,14 @@ def delete(
 ) -> None:
     """Delete an object, or every object a file declares (those naming others first, projects last); the
     first refusal stops it."""
-    if (file is None) == (kind is None or name is None) or (file is not None and kind is not None):
-        raise typer.BadParameter("give KIND NAME, or -f FILE")
+    usage = "give KIND NAME, or -f FILE"
     if file is not None:
+        if kind is not None:
+            raise typer.BadParameter(usage)
         _delete_file(file, ignore_not_found, project, server, token)
         return
-    assert kind is not None and name is not None
+    if kind is None or name is None:
+        raise typer.BadParameter(usage)
     _request(
         server,
         token,

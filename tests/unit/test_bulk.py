@@ -76,8 +76,10 @@ def test_documents_without_a_project_take_the_one_given_else_default() -> None:
     [({"metadata": {"name": "x"}}, ApiError), (doc("API", ""), ApiError), (doc("Gadget", "g"), UnknownKind)],
 )
 def test_an_unplaceable_document_fails_the_plan_before_anything_is_sent(bad: dict[str, Any], raised: type) -> None:
-    with pytest.raises(raised):
+    with pytest.raises(raised) as caught:
         waves([doc("Project", "shop", project=None), bad], None)
+
+    assert ("document 2" if raised is ApiError else "Gadget") in str(caught.value)
 
 
 class FakeServer:
