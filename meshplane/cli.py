@@ -21,9 +21,9 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from meshplane.bulk import apply_file, delete_file
-from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents
+from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents, object_label
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
-from meshplane.model.registry import REGISTRY, UnknownKind
+from meshplane.model.registry import UnknownKind
 from meshplane.observability.logging import configure_logging
 from meshplane.security.commands import certs_app
 
@@ -502,7 +502,7 @@ def delete(
         token,
         lambda client: client.delete(kind, name, project),
         lambda deleted: out.print(
-            f"{REGISTRY.resolve(kind).plural}/{deleted['metadata']['name']} deleted", highlight=False
+            f"{object_label(deleted['kind'], name, deleted['metadata'].get('project'))} deleted", highlight=False
         ),
     )
 

@@ -152,7 +152,7 @@ def test_delete_removes_the_object(shop: ServerProcess) -> None:
     result = meshplane("delete", "api", "orders", "-p", "shop", server=shop)
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "apis/orders deleted"
+    assert result.stdout.strip() == "apis/orders -p shop deleted"
     assert httpx.get(f"{shop.url}/v1/projects/shop/apis/orders", headers=shop.headers, timeout=10).status_code == 404
 
 
