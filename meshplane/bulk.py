@@ -5,7 +5,7 @@ transactions. The first refusal stops what is not yet sent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from meshplane.client import ApiError, Applied, MeshplaneClient, Target
@@ -51,6 +51,17 @@ def waves(docs: Sequence[Document], project: str | None) -> list[Wave]:
         planned.extend([] for _ in range(wave + 1 - len(planned)))
         planned[wave].append((target, doc))
     return [wave for wave in planned if wave]
+
+
+async def bounded(calls: Iterable[Awaitable[_R]], concurrency: int = CONCURRENCY) -> list[_R]:
+    """Await every call, at most `concurrency` at once; their results in the calls' order."""
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(call: Awaitable[_R]) -> _R:
+        async with slots:
+            return await call
+
+    return await asyncio.gather(*(one(call) for call in calls))
 
 
 async def apply_file(

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from meshplane.bulk import CONCURRENCY
+from meshplane.bulk import bounded
 from meshplane.client import ApiError, Applied, MeshplaneClient, object_label
 from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
@@ -204,7 +204,7 @@ async def wait_for_rollouts(
     poll: float = 0.25,
 ) -> int:
     """Follow each applied object's delivery until every placed cluster settled or `within` seconds
-    passed; the exit code (see `exit_code`)."""
+    passed, reading the unsettled objects many at a time; the exit code (see `exit_code`)."""
     clusters = {c["metadata"]["name"]: c["metadata"].get("labels", {}) for c in await client.list("clusters")}
     rollouts = [rollout_of(a, clusters) for a in applied]
     progress = {r: rollout_progress(r, []) if r.version is None else None for r in rollouts}
@@ -212,10 +212,10 @@ async def wait_for_rollouts(
     deadline = time.monotonic() + within
     with view:
         while True:
-            for rollout, known in progress.items():
-                if known is None or not known.done:
-                    obj = await client.get(rollout.kind, rollout.name, rollout.project)
-                    progress[rollout] = rollout_progress(rollout, obj.get("status", {}).get("clusters", []))
+            unsettled = [rollout for rollout, known in progress.items() if known is None or not known.done]
+            objects = await bounded(client.get(r.kind, r.name, r.project) for r in unsettled)
+            for rollout, obj in zip(unsettled, objects, strict=True):
+                progress[rollout] = rollout_progress(rollout, obj.get("status", {}).get("clusters", []))
             current = [p for p in progress.values() if p is not None]
             view.show(current)
             if all(p.done for p in current) or time.monotonic() >= deadline:
@@ -340,22 +340,20 @@ async def diff_documents(client: MeshplaneClient, docs: Sequence[Mapping[str, An
     desired = [with_project(raw, project) for raw in docs]
     for doc in desired:
         REGISTRY.parse(doc)  # a document apply would refuse is an error, not a difference
-    slots = asyncio.Semaphore(CONCURRENCY)
 
     async def diff(doc: dict[str, Any]) -> str:
         info = REGISTRY.resolve(str(doc["kind"]))
         meta = doc["metadata"]
         scope = meta.get("project") if info.namespaced else None
-        async with slots:
-            try:
-                current: dict[str, Any] | None = await client.get(info.kind, meta["name"], scope)
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-                current = None
+        try:
+            current: dict[str, Any] | None = await client.get(info.kind, meta["name"], scope)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            current = None
         return object_diff(object_label(info.kind, meta["name"], scope), current, doc)
 
-    return [text for text in await asyncio.gather(*(diff(doc) for doc in desired)) if text]
+    return [text for text in await bounded(diff(doc) for doc in desired) if text]
 
 
 # --- keys ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from meshplane.bulk import FileRefused, apply_file, delete_file, waves
+from meshplane.bulk import FileRefused, apply_file, bounded, delete_file, waves
 from meshplane.client import ApiError, MeshplaneClient
 from meshplane.model.registry import REGISTRY, UnknownKind
 
@@ -221,3 +221,18 @@ async def test_delete_stops_at_an_object_already_gone_unless_told_otherwise() ->
     assert failed.value.status == 404
     assert str(failed.value).splitlines() == ["apis/orders -p shop: 404: orders not found", "1 more document not sent"]
     assert "/v1/projects/shop" not in server.paths
+
+
+async def test_bounded_keeps_the_calls_order_and_runs_at_most_so_many_at_once() -> None:
+    running = most = 0
+
+    async def call(number: int) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(random.uniform(0, 0.005))
+        running -= 1
+        return number
+
+    assert await bounded((call(n) for n in range(30)), concurrency=4) == list(range(30))
+    assert most == 4
