@@ -98,11 +98,10 @@ class SigningKeys:
         paths = {path.stem: path for path in self._paths()}
         if kid not in paths:  # by lookup, never by joining a path: a kid is the caller's text
             raise KeyError(kid)
-        path = paths[kid]
-        if len(self._paths()) == 1:
+        if len(paths) == 1:
             raise ValueError("the only signing key cannot be retired; rotate first")
         (self.directory / f"{kid}.retired").touch()
-        path.unlink()
+        paths[kid].unlink()
 
     def retired(self) -> set[str]:
         """Key ids retired here, so that publishing takes them out of the shared set."""
