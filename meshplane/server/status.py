@@ -164,7 +164,7 @@ class StatusRollup:
             placed = self.projection.placed.get(key, frozenset())
             for cluster in self._stale_at.get(key, set()) - placed:
                 self._mark(cluster, key, stale=False)
-                self._errors.get(cluster, {}).pop(key, None)
+                self._set_error(cluster, key, None)
             if obj is None:
                 await self.store.forget_deliveries(*key)
                 continue
@@ -176,12 +176,11 @@ class StatusRollup:
             )
             for entry in entries:
                 self._mark(entry["cluster"], key, stale=entry["state"] != DeliveryState.APPLIED.value)
-                errors = self._errors.setdefault(entry["cluster"], {})
+                error = None
                 if entry["state"] == DeliveryState.FAILED.value:
                     what = f"{key[0]} {'/'.join(filter(None, key[1:]))}: {entry.get('message', '')}"
-                    errors[key] = (entry["lastTransitionTime"], what)
-                else:
-                    errors.pop(key, None)
+                    error = (entry["lastTransitionTime"], what)
+                self._set_error(entry["cluster"], key, error)
             if entries != stored.status.get("clusters", []):
                 changed.append((key, entries))
         return changed
@@ -200,6 +199,18 @@ class StatusRollup:
             holders.discard(cluster)
             if not holders:
                 del self._stale_at[key]
+        self._touched.add(cluster)
+
+    def _set_error(self, cluster: str, key: ObjectKey, error: tuple[str, str] | None) -> None:
+        """Record why `key` fails on `cluster` (None: it does not); a cluster whose errors change is looked at
+        again, as one whose out-of-date set does (an object already behind may fail later)."""
+        errors = self._errors.setdefault(cluster, {})
+        if errors.get(key) == error:
+            return
+        if error is None:
+            del errors[key]
+        else:
+            errors[key] = error
         self._touched.add(cluster)
 
     async def _publish_cluster_counts(self, touched: set[str]) -> None:
