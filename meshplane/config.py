@@ -126,7 +126,9 @@ class ServerSettings(ProcessSettings):
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="largest request body the north API takes")
     failed_auth_per_minute: int = Field(default=30, ge=1, description="failed authentications a client may make")
     oidc_issuer: str | None = Field(default=None, description="accept user JWTs from this OpenID issuer")
-    oidc_audience: str | None = None
+    oidc_audience: str | None = Field(
+        default=None, description="what the JWTs' aud must name (meshplane's client id); required with oidc_issuer"
+    )
     oidc_jwks_uri: str | None = Field(default=None, description="the issuer's key set URL")
     oidc_jwks: str | None = Field(default=None, description="or its key set, inline JSON")
     oidc_roles_claim: str = Field(default="meshplane_roles", description="claim listing role or role:project")
@@ -135,6 +137,11 @@ class ServerSettings(ProcessSettings):
     def _oidc_keys(self) -> Self:
         if self.oidc_issuer is not None and (self.oidc_jwks_uri is None) == (self.oidc_jwks is None):
             raise ValueError("with oidc_issuer, give exactly one of oidc_jwks_uri and oidc_jwks")
+        if self.oidc_issuer is not None and not self.oidc_audience:
+            raise ValueError(
+                "with oidc_issuer, set oidc_audience (MESHPLANE_OIDC_AUDIENCE): without it a token the issuer "
+                "signed for any other application would be accepted"
+            )
         return self
 
     @property

@@ -165,7 +165,7 @@ def authenticator_for(settings: ServerSettings, tokens: TokenService) -> Authent
         oidc = OidcVerifier(
             OidcSettings(
                 issuer=settings.oidc_issuer,
-                audience=settings.oidc_audience,
+                audience=settings.oidc_audience or "",
                 jwks_uri=settings.oidc_jwks_uri,
                 jwks=settings.oidc_jwks,
                 roles_claim=settings.oidc_roles_claim,

@@ -1,14 +1,16 @@
 """Authentication of north-API requests, and a brake on clients that keep failing it.
 
 Every route depends on `current_principal`: the bearer token (ours, or an OIDC JWT when configured)
-decides who the caller is. A client address with too many failed attempts in a minute gets 429 until
-the minute has passed, so tokens cannot be guessed at speed.
+decides who the caller is. The credential is checked first: a valid one always gets in. Only failures
+count, and a client address with too many failures in a minute gets 429 for further ones until the
+minute has passed, so tokens cannot be guessed at speed while one client (or everyone behind the same
+NAT) failing never locks out a valid user.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -21,30 +23,36 @@ from meshplane.server.auth.tokens import PREFIX, TokenService
 from meshplane.server.problems import Problem
 
 WINDOW = 60.0
+MAX_CLIENTS = 10_000
+"""Addresses whose failures are remembered; beyond, the longest-known is forgotten, so the brake's memory
+stays bounded however many addresses fail."""
 
 
 @dataclass
 class FailureBrake:
     limit: int = 30
-    failures: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
-
-    def check(self, client: str) -> None:
-        recent = self._recent(client)
-        if len(recent) >= self.limit:
-            retry = int(WINDOW - (time.monotonic() - recent[0])) + 1
-            raise Problem(429, "too many failed authentications; try again later", headers={"Retry-After": str(retry)})
+    failures: dict[str, deque[float]] = field(default_factory=dict)
 
     def failed(self, client: str) -> None:
-        self._recent(client).append(time.monotonic())
+        """Count one failure of `client`, or refuse it (429) when it already failed `limit` times in the
+        window; a refused attempt is not counted, so the client is let try again once the window has passed."""
+        recent = self._recent(client)
+        now = time.monotonic()
+        if len(recent) >= self.limit:
+            retry = int(WINDOW - (now - recent[0])) + 1
+            raise Problem(429, "too many failed authentications; try again later", headers={"Retry-After": str(retry)})
+        recent.append(now)
+        self.failures[client] = recent
+        while len(self.failures) > MAX_CLIENTS:
+            del self.failures[next(iter(self.failures))]
 
     def _recent(self, client: str) -> deque[float]:
-        recent = self.failures[client]
+        recent = self.failures.get(client, deque())
         horizon = time.monotonic() - WINDOW
         while recent and recent[0] < horizon:
             recent.popleft()
         if not recent:
             self.failures.pop(client, None)
-            recent = self.failures[client]
         return recent
 
 
@@ -55,21 +63,19 @@ class Authenticator:
     brake: FailureBrake = field(default_factory=FailureBrake)
 
     async def authenticate(self, request: Request) -> Principal:
-        client = request.client.host if request.client else "unknown"
-        self.brake.check(client)
         scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+        credential = credential.strip()
         principal = None
         if scheme.lower() == "bearer" and credential:
-            credential = credential.strip()
             if credential.startswith(PREFIX + "_"):
                 principal = await self.tokens.verify(credential)
             elif self.oidc is not None:
                 principal = await self.oidc.verify(credential)
-        if principal is None:
-            self.brake.failed(client)
-            reason = "a bearer token is required" if not credential else "the bearer token is not valid"
-            raise Problem(401, reason, headers={"WWW-Authenticate": 'Bearer realm="meshplane"'})
-        return principal
+        if principal is not None:
+            return principal
+        self.brake.failed(request.client.host if request.client else "unknown")
+        reason = "a bearer token is required" if not credential else "the bearer token is not valid"
+        raise Problem(401, reason, headers={"WWW-Authenticate": 'Bearer realm="meshplane"'})
 
 
 async def current_principal(request: Request) -> Principal:

@@ -24,7 +24,8 @@ JWKS_TTL = 300.0
 @dataclass(frozen=True)
 class OidcSettings:
     issuer: str
-    audience: str | None = None
+    audience: str
+    """What `aud` must name: without it, a token the issuer signed for any other application would pass."""
     jwks_uri: str | None = None
     jwks: str | None = None
     roles_claim: str = "meshplane_roles"
@@ -48,6 +49,8 @@ def principal_of(claims: dict[str, Any], roles_claim: str) -> Principal | None:
 
 class OidcVerifier:
     def __init__(self, settings: OidcSettings):
+        if not settings.audience:
+            raise ValueError("OIDC needs an audience (oidc_audience): the client id tokens for meshplane name")
         self.settings = settings
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched = 0.0
@@ -68,7 +71,7 @@ class OidcVerifier:
                 algorithms=[key.algorithm_name],
                 issuer=self.settings.issuer,
                 audience=self.settings.audience,
-                options={"require": ["exp", "iss"], "verify_aud": self.settings.audience is not None},
+                options={"require": ["exp", "iss", "aud"]},
             )
         except (jwt.PyJWTError, ValueError):
             return None

@@ -12,6 +12,7 @@ import hmac
 import os
 import secrets
 import time
+from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +27,8 @@ PREFIX = "mpt"
 BOOTSTRAP = "bootstrap-admin"
 CACHE_SECONDS = 5.0
 """How long a replica trusts a token record it read; a revocation elsewhere takes effect within this."""
+CACHE_SIZE = 4096
+"""Token records a replica keeps, the least recently used going first."""
 
 
 def _digest(secret: str) -> str:
@@ -41,9 +44,13 @@ def _split(token: str) -> tuple[str, str] | None:
 
 
 class TokenService:
-    def __init__(self, store: Store):
+    """Issues and checks tokens. Records are cached only once a token's secret matched them: ids a caller
+    makes up are read from the store each time and never fill (or flush) the cache."""
+
+    def __init__(self, store: Store, cache_size: int = CACHE_SIZE):
         self.store = store
-        self._cache: dict[str, tuple[float, TokenRecord | None]] = {}
+        self.cache_size = cache_size
+        self.cache: OrderedDict[str, tuple[float, TokenRecord]] = OrderedDict()
 
     async def issue(
         self, name: str, role: Role, project: str | None, expires_in: timedelta | None = None, secret: str | None = None
@@ -65,7 +72,7 @@ class TokenService:
         return record, f"{PREFIX}_{token_id}_{secret}"
 
     async def revoke(self, token_id: str) -> bool:
-        self._cache.pop(token_id, None)
+        self.cache.pop(token_id, None)
         return await self.store.revoke_token(token_id)
 
     async def verify(self, token: str) -> Principal | None:
@@ -73,23 +80,33 @@ class TokenService:
         if parts is None:
             return None
         token_id, secret = parts
-        record = await self._record(token_id)
-        if record is None or record.revoked:
+        record = self._cached(token_id) or await self.store.token(token_id)
+        if record is None or not hmac.compare_digest(record.digest, _digest(secret)):
             return None
-        if record.expires_at is not None and record.expires_at <= datetime.now(UTC):
+        expired = record.expires_at is not None and record.expires_at <= datetime.now(UTC)
+        if record.revoked or expired:
+            self.cache.pop(token_id, None)
             return None
-        if not hmac.compare_digest(record.digest, _digest(secret)):
-            return None
+        self._remember(record)
         return Principal(f"token {record.name}", Role(record.role), record.project)
 
-    async def _record(self, token_id: str) -> TokenRecord | None:
-        now = time.monotonic()
-        cached = self._cache.get(token_id)
-        if cached is not None and now - cached[0] < CACHE_SECONDS:
-            return cached[1]
-        record = await self.store.token(token_id)
-        self._cache[token_id] = (now, record)
-        return record
+    def _cached(self, token_id: str) -> TokenRecord | None:
+        cached = self.cache.get(token_id)
+        if cached is None:
+            return None
+        if time.monotonic() - cached[0] >= CACHE_SECONDS:
+            del self.cache[token_id]
+            return None
+        self.cache.move_to_end(token_id)
+        return cached[1]
+
+    def _remember(self, record: TokenRecord) -> None:
+        """Keep a record whose secret a caller just proved, unless it is already kept."""
+        if record.id in self.cache:
+            return
+        self.cache[record.id] = (time.monotonic(), record)
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
 
     async def bootstrap(self, token_file: Path, configured: str | None) -> None:
         """Make sure an admin can get in: the configured token, or a new one written to `token_file`."""
