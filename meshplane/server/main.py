@@ -185,7 +185,7 @@ async def run_server(
     process (the CLI), so it may set process-wide policy such as the garbage collector's and the allocator's."""
     if own_process:
         return_large_buffers()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds the CA's and signing keys
     if settings.insecure:
         log.warning(INSECURE_WARNING)
     elif grpc_credentials is None:

@@ -1,13 +1,18 @@
 """Engines per backend, set up so that writers serialize and readers see one consistent snapshot.
 
-SQLite: WAL lets readers run beside the single writer; the driver's own BEGIN handling is switched off and
-write transactions start with BEGIN IMMEDIATE, so they take the write lock up front (waiting on busy_timeout
-for other processes) instead of failing half-way when a deferred transaction tries to upgrade its lock.
+SQLite: the file is created 0600 (SQLite gives its -wal and -shm the database file's mode) and an existing
+store's files are tightened to that when opened: they hold every object and token digest. WAL lets readers
+run beside the single writer; the driver's own BEGIN handling is switched off and write transactions start
+with BEGIN IMMEDIATE, so they take the write lock up front (waiting on busy_timeout for other processes)
+instead of failing half-way when a deferred transaction tries to upgrade its lock.
 PostgreSQL: writers serialize on the `meta` row lock; readers ask for REPEATABLE READ.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +63,21 @@ def _enable_wal(cursor: Any) -> None:
             time.sleep(0.02 * (attempt + 1))
 
 
+def _private_files(database: Path) -> None:
+    """Only the server's user may read or write the store's files."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for path in (database, database.with_name(f"{database.name}-wal"), database.with_name(f"{database.name}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(path.stat().st_mode) & 0o077:
+                path.chmod(0o600)
+
+
 def _sqlite(url: str, database: str | None) -> Engines:
     if not database or database == ":memory:":
         raise ValueError("the SQLite store needs a file path: WAL and cross-process locking need a file")
-    Path(database).parent.mkdir(parents=True, exist_ok=True)
+    Path(database).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _private_files(Path(database))
     base = create_async_engine(url)
 
     @event.listens_for(base.sync_engine, "connect")

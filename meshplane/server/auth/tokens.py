@@ -132,7 +132,8 @@ class TokenService:
         _, token = await self.issue(BOOTSTRAP, Role.ADMIN, None)
         token_file.parent.mkdir(parents=True, exist_ok=True)
         partial = token_file.with_suffix(".partial")
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        partial.unlink(missing_ok=True)  # a leftover may have any mode: the token is written to a new file only
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as out:
             out.write(token + "\n")
         os.replace(partial, token_file)
