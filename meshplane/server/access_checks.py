@@ -2,7 +2,7 @@
 
 What a Subscription or RateLimitPolicy names must exist (422 with the field path); an application
 subscribes to an API once (409); an API whose routes would meet another's at a gateway is refused
-(409, see api_conflicts).
+(409, see api_conflicts; another project's API is not named).
 """
 
 from __future__ import annotations
@@ -111,18 +111,19 @@ async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, cat
     me = (resource.metadata.project or "", resource.metadata.name)
     clusters, apis, revision = await catalog(spec) if catalog is not None else await _stored_apis(store)
     mine = placed_clusters(spec.placement, clusters)
-    others = []
+    others: list[tuple[str | None, APISpec]] = []
     for project, name, other in apis:
         base_path, hostnames = _routing_of(other)
         if (project, name) == me or not _may_meet(spec, base_path, hostnames):
             continue
         other_spec = other if isinstance(other, APISpec) else APISpec.model_validate(other)
         if _meet(spec.placement, mine, other_spec.placement, clusters):
-            others.append((f"{project}/{name}", other_spec))
+            others.append((f"{project}/{name}" if project == me[0] else None, other_spec))
     found = first_clash(spec, others)
     if found is not None:
         name, where = found
-        raise Problem(409, f"API {name} already answers {where} on a shared hostname; its routes would shadow these")
+        who = f"API {name}" if name is not None else "an API of another project"
+        raise Problem(409, f"{who} already answers {where} on a shared hostname; its routes would shadow these")
     return revision
 
 

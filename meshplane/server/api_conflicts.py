@@ -60,8 +60,9 @@ def routes(spec: APISpec) -> list[tuple[str, PathPattern]]:
     return [(op.method.value, operation_pattern(base, op.path)) for op in spec.operations]
 
 
-def clash(a: APISpec, b: APISpec) -> str | None:
-    """A sentence naming a request both APIs would match, or None when they never meet."""
+def clash(a: APISpec, b: APISpec, show_theirs: bool = True) -> str | None:
+    """A sentence naming a request both APIs would match, or None when they never meet. Without
+    `show_theirs` it names only `a`'s route: `b` may be another project's, whose routes are its own business."""
     if not any(hosts_overlap(x, y) for x in a.hostnames for y in b.hostnames):
         return None
     for method_a, pattern_a in routes(a):
@@ -71,7 +72,8 @@ def clash(a: APISpec, b: APISpec) -> str | None:
             if patterns_overlap(pattern_a, pattern_b):
                 method = method_a if method_a != ANY_METHOD else method_b
                 what = "any method" if method == ANY_METHOD else method
-                return f"{what} on {_show(pattern_a)} and {_show(pattern_b)}"
+                theirs = f" and {_show(pattern_b)}" if show_theirs else ""
+                return f"{what} on {_show(pattern_a)}{theirs}"
     return None
 
 
@@ -80,9 +82,10 @@ def _show(pattern: PathPattern) -> str:
     return (path.rstrip("/") + "/*") if pattern.rest else path
 
 
-def first_clash(spec: APISpec, others: Iterable[tuple[str, APISpec]]) -> tuple[str, str] | None:
-    """(other API's name, the clash) for the first stored API this one would shadow or be shadowed by."""
+def first_clash(spec: APISpec, others: Iterable[tuple[str | None, APISpec]]) -> tuple[str | None, str] | None:
+    """(other API's name, the clash) for the first stored API this one would shadow or be shadowed by. An
+    API given without a name (another project's) stays unnamed, and so do its routes."""
     for name, other in others:
-        if (found := clash(spec, other)) is not None:
+        if (found := clash(spec, other, show_theirs=name is not None)) is not None:
             return name, found
     return None

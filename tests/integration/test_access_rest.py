@@ -334,7 +334,7 @@ async def test_api_key_header_defaults_and_is_kept_lower_case(client: httpx.Asyn
         ({"operations": [{"method": "POST", "path": "/"}]}, {}),
     ],
 )
-async def test_an_api_whose_routes_meet_another_projects_api_is_refused_naming_it(
+async def test_an_api_whose_routes_meet_another_projects_api_is_refused_without_naming_it(
     client: httpx.AsyncClient, mine: dict[str, Any], theirs: dict[str, Any]
 ) -> None:
     await given_objects(client, api_doc("orders", **theirs))
@@ -342,8 +342,20 @@ async def test_an_api_whose_routes_meet_another_projects_api_is_refused_naming_i
     response = await put(client, "apis", api_doc("shadow", project="other", basePath="/orders", **mine))
 
     assert response.status_code == 409
-    assert "shop/orders" in response.json()["detail"]
+    assert response.json()["detail"].startswith("an API of another project already answers ")
+    assert "shop" not in response.json()["detail"]
     assert (await client.get("/v1/projects/other/apis/shadow")).status_code == 404
+
+
+async def test_an_api_whose_routes_meet_one_of_its_projects_apis_is_refused_naming_it(
+    client: httpx.AsyncClient,
+) -> None:
+    await given_objects(client, api_doc("orders"))
+
+    response = await put(client, "apis", api_doc("shadow", basePath="/orders"))
+
+    assert response.status_code == 409
+    assert response.json()["detail"].startswith("API shop/orders already answers ")
 
 
 @pytest.mark.parametrize(
@@ -373,7 +385,10 @@ async def test_of_concurrent_apis_on_one_route_one_is_accepted(client: httpx.Asy
     assert sorted(r.status_code for r in responses) == [201] + [409] * 7
     accepted = [body for body, r in zip(rivals, responses, strict=True) if r.status_code == 201]
     project, name = accepted[0]["metadata"]["project"], accepted[0]["metadata"]["name"]
-    assert all(f"{project}/{name}" in r.json()["detail"] for r in responses if r.status_code == 409)
+    for body, response in zip(rivals, responses, strict=True):
+        if response.status_code == 409:
+            same_project = body["metadata"]["project"] == project
+            assert (f"{project}/{name}" in response.json()["detail"]) == same_project, response.text
     for body in rivals:
         meta = body["metadata"]
         found = (await client.get(f"/v1/projects/{meta['project']}/apis/{meta['name']}")).status_code
