@@ -99,10 +99,9 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
             selector = parse_label_selector(label_selector) if label_selector else None
         except ValueError as exc:
             raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
-        page = await service.list(info, project, selector, limit, continue_token)
+        only = (lambda o: principal.sees(o.name)) if info.kind == "Project" else None
+        page = await service.list(info, project, selector, limit, continue_token, only)
         items = page.items
-        if info.kind == "Project":
-            items = [item for item in items if principal.sees(item.metadata.name)]
         metadata = {"resourceVersion": str(page.revision)}
         if page.continue_token:
             metadata["continue"] = page.continue_token

@@ -6,9 +6,6 @@ the same way whichever door it came in by.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -21,6 +18,7 @@ from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import ApiCatalog, check_access, collides_with_access_checks, delete_dependents
+from meshplane.server.continuation import ContinueTokens
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
@@ -67,18 +65,6 @@ class Page:
     items: list[Resource]
     revision: int
     continue_token: str | None
-
-
-def _encode_continue(obj: StoredObject) -> str:
-    return base64.urlsafe_b64encode(json.dumps([obj.project, obj.name]).encode()).decode()
-
-
-def _decode_continue(token: str) -> tuple[str, str]:
-    try:
-        project, name = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return str(project), str(name)
-    except (ValueError, binascii.Error, TypeError):
-        raise Problem(400, "the continue token is not one this server issued") from None
 
 
 def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) -> AbstractContextManager[Span]:
@@ -159,6 +145,7 @@ class ObjectService:
     def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
         self.store = store
         self.api_catalog = api_catalog
+        self.continue_tokens = ContinueTokens(store)
 
     async def require_project(self, project: str) -> None:
         try:
@@ -345,21 +332,26 @@ class ObjectService:
         selector: LabelSelector | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
+        only: Callable[[StoredObject], bool] | None = None,
     ) -> Page:
+        """A page of the kind's objects in `project` that match `selector` and `only` (what the caller may see:
+        pages and their continue tokens are made of those alone)."""
         if project is not None:
             await self.require_project(project)
         if limit is not None and not 1 <= limit <= MAX_PAGE:
             raise Problem(
                 422, f"limit must be between 1 and {MAX_PAGE}", [FieldError(path="limit", message="out of range")]
             )
-        where: Callable[[StoredObject], bool] | None = (lambda o: selector.matches(o.labels)) if selector else None
-        after = _decode_continue(continue_token) if continue_token else None
+        tests = [test for test in (only, (lambda o: selector.matches(o.labels)) if selector else None) if test]
+        where: Callable[[StoredObject], bool] | None = (lambda o: all(test(o) for test in tests)) if tests else None
+        scope = f"{info.kind}/{project or ''}"
+        after = await self.continue_tokens.open(scope, continue_token) if continue_token else None
         fetch = limit + 1 if limit else None
         items, revision = await self.store.list(info.kind, project, where=where, limit=fetch, after=after)
         token = None
         if limit and len(items) > limit:
             items = items[:limit]
-            token = _encode_continue(items[-1])
+            token = await self.continue_tokens.seal(scope, (items[-1].project, items[-1].name))
         return Page([to_resource(info, o) for o in items], revision, token)
 
 

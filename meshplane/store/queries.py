@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.store.batch import Change
 from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
-from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, tokens
+from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, server_keys, tokens
 
 _EVENT_COLUMNS = [
     events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context", "created_at")
@@ -237,3 +237,11 @@ async def load_tokens(conn: AsyncConnection, token_id: str | None = None) -> lis
 
 async def revoke_token(conn: AsyncConnection, token_id: str) -> int:
     return (await conn.execute(update(tokens).where(tokens.c.id == token_id).values(revoked=True))).rowcount
+
+
+async def load_server_key(conn: AsyncConnection, name: str) -> bytes | None:
+    return (await conn.execute(select(server_keys.c.key).where(server_keys.c.name == name))).scalar_one_or_none()
+
+
+async def insert_server_key(conn: AsyncConnection, name: str, key: bytes, at: datetime) -> None:
+    await conn.execute(insert(server_keys).values(name=name, key=key, created_at=at))

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Dialect,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -125,4 +126,12 @@ tokens = Table(
     Column("expires_at", UTCDateTime, nullable=True),
     Column("revoked", Boolean, nullable=False),
     CheckConstraint("role IN ('admin', 'publisher', 'subscriber', 'viewer')", name="ck_tokens_role"),
+)
+
+server_keys = Table(
+    "server_keys",
+    metadata,
+    Column("name", Key, primary_key=True),
+    Column("key", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )

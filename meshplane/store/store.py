@@ -22,6 +22,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 import asyncpg
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from meshplane.observability.metrics import STORE_LATENCY
@@ -371,6 +372,25 @@ class Store:
             found = await queries.revoke_token(conn, token_id)
             await conn.commit()
         return found > 0
+
+    @_timed
+    async def server_key(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """The key every replica shares under `name`: the first to ask stores `make()`, the others read it."""
+        async with self._reading() as conn:
+            found = await queries.load_server_key(conn, name)
+        if found is not None:
+            return found
+        key = make()
+        try:
+            async with self._exclusive() as conn:
+                await queries.insert_server_key(conn, name, key, datetime.now(UTC))
+                await conn.commit()
+        except IntegrityError:  # another replica stored one first: that one holds
+            async with self._reading() as conn:
+                found = await queries.load_server_key(conn, name)
+            assert found is not None
+            return found
+        return key
 
     # -- reads ---------------------------------------------------------------------------------------------
 
