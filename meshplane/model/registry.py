@@ -31,8 +31,17 @@ class Scope(StrEnum):
     PROJECT = "Project"
 
 
+class ProjectOnCluster(WireModel):
+    """A cluster's delivery summary over one project's objects alone."""
+
+    out_of_date: int = 0
+    behind_since: str | None = None
+    last_error: str | None = None
+
+
 class ClusterStatus(WireModel):
-    """What the server knows of a cluster's agent."""
+    """What the server knows of a cluster's agent. A token bound to a project is shown the summary of its
+    project's objects only (`by_project`), in place of the one over all projects."""
 
     model_config = WireModel.model_config | {"extra": "allow"}
 
@@ -46,6 +55,8 @@ class ClusterStatus(WireModel):
     """When the oldest change it has not applied was made; absent when in sync."""
     last_error: str | None = None
     """Why an object fails here now (the newest such failure)."""
+    by_project: dict[str, ProjectOnCluster] | None = None
+    """The three fields above over each project's objects, for the projects with objects out of date here."""
 
 
 @dataclass(frozen=True)

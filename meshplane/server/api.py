@@ -13,6 +13,7 @@ from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem, ProblemDetail, problem_responses
+from meshplane.server.visibility import as_seen_by
 
 SCHEMA_REF = "#/components/schemas/{model}"
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="Expected resourceVersion (ETag)")]
@@ -78,8 +79,8 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
         _write_routes(router, info, service, base, item, opts)
 
     @router.get(item, summary=f"Read a {info.kind}", responses=problem_responses(404), **opts)
-    async def read(response: Response, name: str, project: Project) -> Resource:
-        return _with_etag(response, await service.get(info, project, name))
+    async def read(response: Response, name: str, project: Project, principal: Caller) -> Resource:
+        return _with_etag(response, as_seen_by(principal, await service.get(info, project, name)))
 
     @router.get(
         base,
@@ -101,7 +102,7 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
             raise Problem(400, str(exc), [FieldError(path="labelSelector", message=str(exc))]) from None
         only = (lambda o: principal.sees(o.name)) if info.kind == "Project" else None
         page = await service.list(info, project, selector, limit, continue_token, only)
-        items = page.items
+        items = [as_seen_by(principal, item) for item in page.items]
         metadata = {"resourceVersion": str(page.revision)}
         if page.continue_token:
             metadata["continue"] = page.continue_token

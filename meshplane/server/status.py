@@ -1,5 +1,5 @@
 """Status roll-up: fold what clusters reported into each object's `status.clusters[]` and each
-cluster's count of objects out of date.
+cluster's count of objects out of date, over all projects and per project.
 
 The per-object decision is a pure function; the runner only finds what changed (reports since the
 last pass, objects the projection touched) and writes a status when it differs.
@@ -78,6 +78,36 @@ def lag_of(since: Behind, revision: int, now: datetime) -> tuple[int, float]:
         return 0, 0.0
     lowest, oldest = since
     return revision - (lowest - 1), max(0.0, (now - oldest).total_seconds())
+
+
+def cluster_summary(out_of_date: int, since: Behind, errors: Mapping[ObjectKey, tuple[str, str]]) -> dict[str, object]:
+    """A cluster's objects out of date, since when it is behind, and its newest failure (the failing object
+    and why), given its failures (since when, why) by object."""
+    return {
+        "outOfDate": out_of_date,
+        "behindSince": since[1].isoformat() if since else None,
+        "lastError": max(errors.values())[1] if errors else None,
+    }
+
+
+def summaries_by_project(
+    stale: Iterable[ObjectKey],
+    errors: Mapping[ObjectKey, tuple[str, str]],
+    objects: Mapping[ObjectKey, DeliveredObject],
+) -> dict[str, dict[str, object]]:
+    """`cluster_summary` of each project's objects alone, for the projects with objects out of date there:
+    what a token bound to a project is shown of the cluster, which names no other project's objects."""
+    stale_in: dict[str, list[ObjectKey]] = {}
+    errors_in: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
+    for key in stale:
+        stale_in.setdefault(key[1], []).append(key)
+    for key, error in errors.items():
+        errors_in.setdefault(key[1], {})[key] = error
+    return {
+        project: cluster_summary(len(keys), behind(keys, objects), errors_in.get(project, {}))
+        for project, keys in sorted(stale_in.items())
+        if project
+    }
 
 
 def delivery_lag(
@@ -219,12 +249,10 @@ class StatusRollup:
         for cluster in self.projection.clusters:
             if cluster in self._published_counts and cluster not in touched:
                 continue
-            since = self._behind.get(cluster)
-            errors = self._errors.get(cluster, {})
+            stale, errors = self._stale.get(cluster, set()), self._errors.get(cluster, {})
             summary = {
-                "outOfDate": len(self._stale.get(cluster, ())),
-                "behindSince": since[1].isoformat() if since else None,
-                "lastError": max(errors.values())[1] if errors else None,
+                **cluster_summary(len(stale), self._behind.get(cluster), errors),
+                "byProject": summaries_by_project(stale, errors, self.projection.objects),
             }
             if self._published_counts.get(cluster) != summary:
                 self.clusters.update_status(cluster, **summary)

@@ -68,6 +68,13 @@ class ServerProcess:
         """A client of the north API, signed in as the admin."""
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
 
+    def bearer(self, role: str, project: str | None = None) -> dict[str, str]:
+        """Headers of a new token of `role`, bound to `project` (None: every project), issued by the admin."""
+        with self.http() as http:
+            created = http.post("/v1/tokens", json={"name": f"{role}-{project}", "role": role, "project": project})
+        assert created.status_code == 201, created.text
+        return {"Authorization": f"Bearer {created.json()['token']}"}
+
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""
         if self.insecure:

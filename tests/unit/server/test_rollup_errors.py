@@ -41,4 +41,12 @@ async def test_an_object_that_fails_after_it_was_pending_becomes_the_clusters_la
 
     assert (pending["outOfDate"], pending.get("lastError")) == (1, None)
     assert (failed["outOfDate"], failed["lastError"]) == (1, "API shop/orders: rejected by Envoy")
+    assert failed["byProject"] == {
+        "shop": {
+            "outOfDate": 1,
+            "behindSince": failed["behindSince"],
+            "lastError": "API shop/orders: rejected by Envoy",
+        }
+    }
     assert (applied["outOfDate"], applied.get("lastError")) == (0, None)
+    assert applied["byProject"] == {}
