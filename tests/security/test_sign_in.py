@@ -10,8 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from meshplane.server.auth.guard import MAX_CLIENTS, FailureBrake
 from meshplane.server.auth.principal import Role
 from meshplane.server.auth.tokens import TokenService
+from meshplane.server.problems import Problem
 from meshplane.store.store import Store
 from tests.harness.meshplane import run_server, server_argv
 from tests.harness.process import free_port
@@ -62,6 +64,19 @@ async def test_a_cached_token_with_a_wrong_secret_is_refused(store: Store) -> No
     assert await tokens.verify(good) is not None
     assert await tokens.verify(f"mpt_{record.id}_wrong") is None
     assert await tokens.verify(good) is not None
+
+
+def test_the_brake_remembers_a_bounded_number_of_addresses_and_refuses_only_past_its_limit() -> None:
+    brake = FailureBrake(limit=2)
+    for index in range(MAX_CLIENTS + 50):
+        brake.failed(f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}")
+    assert len(brake.failures) == MAX_CLIENTS
+    brake.failed("192.0.2.1")
+    brake.failed("192.0.2.1")
+    with pytest.raises(Problem) as refused:
+        brake.failed("192.0.2.1")
+    assert refused.value.status == 429
+    assert len(brake.failures["192.0.2.1"]) == 2  # a refused attempt is not counted
 
 
 def test_the_server_refuses_to_start_oidc_without_an_audience(tmp_path: Path) -> None:
