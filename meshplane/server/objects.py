@@ -342,8 +342,9 @@ class ObjectService:
             raise Problem(
                 422, f"limit must be between 1 and {MAX_PAGE}", [FieldError(path="limit", message="out of range")]
             )
-        tests = [test for test in (only, (lambda o: selector.matches(o.labels)) if selector else None) if test]
-        where: Callable[[StoredObject], bool] | None = (lambda o: all(test(o) for test in tests)) if tests else None
+        matching = (lambda o: selector.matches(o.labels)) if selector else None
+        filters = [test for test in (only, matching) if test is not None]
+        where: Callable[[StoredObject], bool] | None = (lambda o: all(f(o) for f in filters)) if filters else None
         scope = f"{info.kind}/{project or ''}"
         after = await self.continue_tokens.open(scope, continue_token) if continue_token else None
         fetch = limit + 1 if limit else None
