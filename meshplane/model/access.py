@@ -210,6 +210,9 @@ class ApplicationKeySpec(WireModel):
     """What the server keeps of one API key: enough to check and revoke it, never enough to rebuild it."""
 
     application: Name
+    application_uid: str | None = None
+    """The uid of the application it was issued to: a later application of the same name is another one, and
+    the key never works for it. None on records written before keys were bound to it."""
     created: str
     expires: str | None = None
     revoked: bool = False

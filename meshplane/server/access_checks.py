@@ -17,6 +17,7 @@ from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters
 from meshplane.server.problems import Problem
+from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
@@ -158,8 +159,31 @@ def _missing(path: str, kind: str, name: str, project: str) -> FieldError:
     return FieldError(path=path, message=f"{kind} {name!r} does not exist in project {project!r}")
 
 
+_SUBSCRIBED_BY = {"Application": "application", "API": "api"}
+"""The kinds a subscription ties together, and the field of its spec that names each."""
+
+
+async def refuse_subscribed(store: Store, kind: str, project: str, name: str) -> Fence | None:
+    """An application or an API is not deleted while subscriptions name it (409, naming them, all of the
+    project): one re-created under the same name would inherit them, and a subscription is the consumer's
+    agreement, which a delete must not drop unseen. The fence refuses the delete if one lands meanwhile."""
+    field = _SUBSCRIBED_BY.get(kind)
+    if field is None:
+        return None
+
+    def names_it(other: StoredObject) -> bool:
+        return other.project == project and other.spec.get(field) == name
+
+    subscriptions, revision = await store.list("Subscription", project, where=names_it)
+    if subscriptions:
+        listed = ", ".join(sorted(other.name for other in subscriptions))
+        raise Problem(409, f"{kind} {name} is still named by subscriptions {listed}; delete them first")
+    return Fence(revision, frozenset({"Subscription"}), names_it)
+
+
 async def delete_dependents(store: Store, kind: str, project: str, name: str) -> None:
-    """An application's key records go with it: nothing could use them, and nothing may revive them."""
+    """An application's key records go with it: each is bound to the application's uid (see credentials), so
+    no gateway would take its key for another application of the name, and none is left to look at."""
     if kind != "Application":
         return
     records, _ = await store.list("ApplicationKey", project, where=lambda o: o.spec["application"] == name)

@@ -20,7 +20,13 @@ from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import ApiCatalog, check_access, collides_with_access_checks, delete_dependents
+from meshplane.server.access_checks import (
+    ApiCatalog,
+    check_access,
+    collides_with_access_checks,
+    delete_dependents,
+    refuse_subscribed,
+)
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
@@ -141,7 +147,7 @@ def _fence(resource: Resource, seen: list[int | None]) -> Fence | None:
     return Fence(min(revisions), frozenset({resource.kind}), collides)
 
 
-async def _fenced(
+async def fenced(
     check: Callable[[], Awaitable[Fence | None]], write: Callable[[Fence | None], Awaitable[_T]], what: str
 ) -> _T:
     """`write` once `check` passes, with the fence it returns, so that the write commits only if nothing checked
@@ -210,7 +216,7 @@ class ObjectService:
         return resource
 
     async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
-        """`write` the resource once it fits with what is stored (see `_fenced`). That its project exists is
+        """`write` the resource once it fits with what is stored (see `fenced`). That its project exists is
         checked by the write itself (see `_in_project`)."""
 
         async def check() -> Fence | None:
@@ -220,7 +226,7 @@ class ObjectService:
             ]
             return _fence(resource, seen)
 
-        return await _fenced(check, write, f"{resource.kind} {resource.metadata.name}")
+        return await fenced(check, write, f"{resource.kind} {resource.metadata.name}")
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
@@ -294,7 +300,9 @@ class ObjectService:
             expected = parse_revision(if_match, "If-Match")
 
             async def check() -> Fence | None:
-                return await self._refuse_non_empty_project(name) if info.kind == "Project" else None
+                if info.kind == "Project":
+                    return await self._refuse_non_empty_project(name)
+                return await refuse_subscribed(self.store, info.kind, project or "", name)
 
             async def delete(fence: Fence | None) -> StoredObject:
                 return await self.store.delete(
@@ -306,7 +314,7 @@ class ObjectService:
                     fence=fence,
                 )
 
-            stored = await _fenced(check, delete, f"{info.kind} {name}")
+            stored = await fenced(check, delete, f"{info.kind} {name}")
             await delete_dependents(self.store, info.kind, project or "", name)
             await self._project_changed(info, name)
             return to_resource(info, stored)

@@ -501,7 +501,15 @@ async def test_the_stored_record_holds_the_digest_and_never_the_key(mobile: http
     record = await store.get("ApplicationKey", "shop", issued["id"])
 
     assert record.spec["sha256"] == digest(issued["key"])
-    assert set(record.spec) <= {"application", "created", "expires", "revoked", "sha256", "signingKeyId"}
+    assert set(record.spec) <= {
+        "application",
+        "applicationUid",
+        "created",
+        "expires",
+        "revoked",
+        "sha256",
+        "signingKeyId",
+    }
     stored_values = [*record.spec.values(), *record.labels.values(), *record.annotations.values()]
     assert issued["key"] not in stored_values
     assert issued["key"] not in json.dumps([record.spec, record.status, record.labels, record.annotations])
