@@ -8,8 +8,12 @@ gateway and an upstream; the REST cases against a real server process.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import json
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +154,22 @@ def test_a_key_whose_application_is_gone_is_refused_as_a_bad_credential(data_pla
     gateway.wait_for("/signed/items", status(401), headers={"x-api-key": key}, timeout=15)
 
 
+def test_the_agents_config_dump_shows_no_key_digest(data_plane: DataPlane) -> None:
+    api, gateway = data_plane.api, data_plane.gateway
+    put(api, "applications", doc("Application", "dumped", {}))
+    subscribe(api, "dumped", "opaque")
+    keys = [issue(api, "dumped")["key"], secrets.token_urlsafe(32)]
+    issue(api, "dumped", key=keys[1])
+    gateway.wait_for("/opaque/items", status(200), headers={"x-api-key": keys[1]}, timeout=30)
+
+    dump = httpx.get(f"http://{data_plane.agent_admin}/config_dump", timeout=10).text
+
+    for key in keys:
+        digest = hashlib.sha256(key.encode()).digest()
+        assert digest.hex() not in dump and base64.b64encode(digest).decode() not in dump
+    assert "sha256" not in dump
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("keys-rest")
@@ -269,6 +289,48 @@ def test_concurrent_imports_of_one_key_store_exactly_one(server: ServerProcess, 
     assert sorted(codes) == [201] + [409] * (len(codes) - 1), codes
     stored = sum(len(api.get(keys_path(app, project)).json()["items"]) for project, app in targets)
     assert stored == 1
+
+
+def test_a_fleet_wide_viewer_reads_a_clusters_resources_without_key_digests(
+    server: ServerProcess, api: httpx.Client
+) -> None:
+    cluster = {"kind": "Cluster", "metadata": {"name": "audited"}, "spec": {}}
+    assert api.put("/v1/clusters/audited", json=cluster).status_code in (200, 201)
+    app = application(api)
+    imported = secrets.token_urlsafe(32)
+    keys = [issue(api, app, "shop")["key"], issue(api, app, "shop", key=imported)["key"]]
+    digests = [hashlib.sha256(key.encode()).hexdigest() for key in keys]
+    viewer = api.post("/v1/tokens", json={"name": "auditor", "role": "viewer"})
+    assert viewer.status_code == 201, viewer.text
+
+    with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {viewer.json()['token']}"}) as reader:
+        listing = wait_for_keys(reader, "audited", app, 2)
+        as_yaml = reader.get("/v1/clusters/audited/resources", params={"output": "yaml"})
+
+    assert as_yaml.status_code == 200
+    shown = json.dumps(listing) + as_yaml.text
+    assert not any(digest in shown for digest in digests)
+    assert all("sha256" not in item["object"]["spec"] for item in key_items(listing, app))
+
+
+def key_items(listing: dict[str, Any], application: str) -> list[dict[str, Any]]:
+    return [
+        item
+        for item in listing["items"]
+        if item["object"]["kind"] == "ApplicationKey" and item["object"]["spec"]["application"] == application
+    ]
+
+
+def wait_for_keys(reader: httpx.Client, cluster: str, application: str, count: int) -> dict[str, Any]:
+    """The cluster's resources once its projection holds `count` key records of `application`."""
+    deadline = time.monotonic() + 15
+    while True:
+        response = reader.get(f"/v1/clusters/{cluster}/resources")
+        assert response.status_code == 200, response.text
+        if len(key_items(response.json(), application)) >= count or time.monotonic() > deadline:
+            assert len(key_items(response.json(), application)) == count, response.text
+            return response.json()
+        time.sleep(0.1)
 
 
 MOBILE_CALL = check_request(headers={"x-api-key": "mobile-key"})
