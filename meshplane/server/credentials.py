@@ -122,7 +122,14 @@ class Credentials:
             spec["signingKeyId"] = signer.kid
 
         async def store(fence: Fence | None) -> StoredObject:
-            return await self.store.create(KEY_KIND, project, key_id, spec=spec, fence=fence)
+            """The record, only while its application is there: one deleted meanwhile leaves no record behind."""
+            owner_key = ("Application", project, application)
+            try:
+                return await self.store.create(KEY_KIND, project, key_id, spec=spec, fence=fence, within=owner_key)
+            except NotFound as exc:
+                if (exc.kind, exc.project, exc.name) != owner_key:
+                    raise
+                raise Problem(404, f"Application {application!r} not found in project {project!r}") from None
 
         if signer is None:
             record = await fenced(lambda: self._unused(spec["sha256"]), store, f"a key of {application}")
