@@ -19,7 +19,7 @@ from meshplane.server.placement import placed_clusters
 from meshplane.server.problems import Problem
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
-from meshplane.store.records import StoredObject
+from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 
@@ -48,6 +48,26 @@ async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | N
         return await _check_subscription(store, project, resource.metadata.name, spec)
     if isinstance(spec, RateLimitPolicySpec):
         await _check_target(store, project, spec.target)
+    return None
+
+
+def referenced(resource: Resource) -> tuple[ObjectKey, ...]:
+    """The objects a write of `resource` must find live when it commits: a subscription's application and
+    API, so one deleted after the check (whose delete saw no subscription yet) refuses the write."""
+    spec = resource.spec
+    project = resource.metadata.project or ""
+    if isinstance(spec, SubscriptionSpec):
+        return (("Application", project, spec.application), ("API", project, spec.api))
+    return ()
+
+
+def missing_reference(resource: Resource, missing: NotFound) -> InvalidObject | None:
+    """The refusal of a write whose `referenced` object was gone when it committed, as the check words it."""
+    spec = resource.spec
+    if isinstance(spec, SubscriptionSpec):
+        for path, kind, name in (("spec.application", "Application", spec.application), ("spec.api", "API", spec.api)):
+            if (missing.kind, missing.name) == (kind, name):
+                return InvalidObject([_missing(path, kind, name, missing.project)])
     return None
 
 

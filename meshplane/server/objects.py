@@ -25,6 +25,8 @@ from meshplane.server.access_checks import (
     check_access,
     collides_with_access_checks,
     delete_dependents,
+    missing_reference,
+    referenced,
     refuse_subscribed,
 )
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
@@ -99,15 +101,16 @@ def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) 
 
 
 def _written(resource: Resource, project: str | None) -> dict[str, Any]:
-    """What a create or a put stores of a resource, with the trace its write belongs to, and the project it
-    must be written within."""
+    """What a create or a put stores of a resource, with the trace its write belongs to, and the project and
+    the objects it names that must be live when it commits."""
     meta = resource.metadata
+    within = (("Project", "", project),) if project is not None else ()
     return {
         "spec": resource.spec.to_wire(),
         "labels": meta.labels,
         "annotations": meta.annotations,
         "trace_context": current_carrier(),
-        "within": ("Project", "", project) if project is not None else None,
+        "within": within + referenced(resource),
     }
 
 
@@ -116,13 +119,16 @@ def _missing_project(project: str) -> Problem:
 
 
 @contextmanager
-def _in_project(project: str | None) -> Iterator[None]:
-    """A write refused because its project is not there answers as a request to a missing project does."""
+def _in_project(project: str | None, resource: Resource) -> Iterator[None]:
+    """A write refused because its project is not there answers as a request to a missing project does; one
+    refused because an object it names went meanwhile, as its check would have."""
     try:
         yield
     except NotFound as exc:
         if project is not None and (exc.kind, exc.name) == ("Project", project):
             raise _missing_project(project) from None
+        if (refused := missing_reference(resource, exc)) is not None:
+            raise refused from None
         raise
 
 
@@ -236,7 +242,7 @@ class ObjectService:
                 span.set_attribute("meshplane.name", meta.name)
 
                 async def create(fence: Fence | None) -> StoredObject:
-                    with _in_project(project):
+                    with _in_project(project, resource):
                         written = _written(resource, project)
                         return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
 
@@ -261,7 +267,7 @@ class ObjectService:
             expected = parse_revision(meta.resource_version)
 
         async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
-            with _in_project(project):
+            with _in_project(project, resource):
                 written = _written(resource, project)
                 return await self.store.put(
                     info.kind, meta.project or "", meta.name, expected_revision=expected, fence=fence, **written

@@ -25,7 +25,15 @@ from meshplane.bulk import delete_file
 from meshplane.client import MeshplaneClient
 from meshplane.dataplane import ENFORCER_APPLICATION_TYPE
 from meshplane.enforcer.decision import Allow, Denial, decide
+from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import InvalidObject
 from meshplane.proto.v1 import enforcer_pb2
+from meshplane.server import objects as objects_module
+from meshplane.server.objects import ObjectService
+from meshplane.server.problems import Problem
+from meshplane.store.batch import Fence
+from meshplane.store.errors import NotFound
+from meshplane.store.store import Store
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import pack
 from tests.harness.envoy import run_envoy
@@ -373,3 +381,62 @@ async def test_the_enforcer_takes_an_update_around_a_malformed_entry() -> None:
     assert isinstance(decide(state.snapshot, WEB_CALL, NOW), Allow)
     assert isinstance(decide(state.snapshot, MOBILE_CALL, NOW), Allow)
     assert "shop/broken" not in state.versions(ENFORCER_APPLICATION_TYPE)
+
+
+async def stored_project(store: Store) -> ObjectService:
+    service = ObjectService(store)
+    await service.create(REGISTRY.get("Project"), None, {"kind": "Project", "metadata": {"name": "shop"}, "spec": {}})
+    for kind, name, spec in (
+        ("Application", "mobile", {}),
+        ("API", "orders", {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": 9001}]}),
+    ):
+        await service.create(REGISTRY.get(kind), "shop", doc(kind, name, spec, "shop"))
+    return service
+
+
+SUBSCRIPTION = doc("Subscription", "mobile-orders", {"application": "mobile", "api": "orders"}, "shop")
+
+
+@pytest.mark.parametrize("gone", ["Application", "API"])
+async def test_a_subscription_whose_application_or_api_goes_after_its_check_is_not_stored(
+    store: Store, monkeypatch: pytest.MonkeyPatch, gone: str
+) -> None:
+    service = await stored_project(store)
+    checked = objects_module.check_access
+
+    async def check_then_lose(*args: Any) -> int | None:
+        seen = await checked(*args)
+        with contextlib.suppress(NotFound):
+            await store.delete(gone, "shop", "mobile" if gone == "Application" else "orders")
+        return seen
+
+    monkeypatch.setattr(objects_module, "check_access", check_then_lose)
+
+    with pytest.raises(InvalidObject) as refused:
+        await service.create(REGISTRY.get("Subscription"), "shop", SUBSCRIPTION)
+
+    assert [error.path for error in refused.value.errors] == [f"spec.{gone.lower()}"]
+    assert (await store.list("Subscription", "shop"))[0] == []
+
+
+@pytest.mark.parametrize("kind", ["Application", "API"])
+async def test_a_subscription_landing_after_a_deletes_look_refuses_the_delete(
+    store: Store, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    service = await stored_project(store)
+    looked = objects_module.refuse_subscribed
+    landed = []
+
+    async def look_then_land(*args: Any) -> Fence | None:
+        fence = await looked(*args)
+        if not landed:
+            landed.append(await store.create("Subscription", "shop", "mobile-orders", spec=SUBSCRIPTION["spec"]))
+        return fence
+
+    monkeypatch.setattr(objects_module, "refuse_subscribed", look_then_land)
+
+    with pytest.raises(Problem) as refused:
+        await service.delete(REGISTRY.get(kind), "shop", "mobile" if kind == "Application" else "orders")
+
+    assert refused.value.status == 409 and "mobile-orders" in refused.value.detail
+    assert await store.get(kind, "shop", "mobile" if kind == "Application" else "orders")
