@@ -29,6 +29,9 @@ DESCRIPTOR_OPERATION = "operation"
 DESCRIPTOR_APPLICATION = "application"
 """Descriptor entry naming the calling application, `project/name`."""
 
+KEY_APPLICATION_UID_CLAIM = "uid"
+"""Claim of a signed API key: the uid of the application the server issued it to, which gateways match."""
+
 CONTEXT_API = "api"
 """ext_authz context extension on a route: the API it belongs to, `project/name`."""
 

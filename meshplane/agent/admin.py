@@ -22,7 +22,8 @@ from starlette.routing import Route
 
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
 from meshplane.config import split_address
-from meshplane.dataplane import ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
+from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
+from meshplane.model.access import readable
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
@@ -80,7 +81,7 @@ def config_dump(agent: Agent) -> dict[str, Any]:
         for name, resource in sorted(held.items()):
             version = versions.get(name, "")
             refused = state is not None and state.rejected.get((type_url, name)) == version
-            wire = resource if isinstance(resource, dict) else resource.to_wire()
+            wire = readable(resource if isinstance(resource, dict) else resource.to_wire())
             objects.append(
                 {
                     "kind": kind,
@@ -112,11 +113,21 @@ def config_dump(agent: Agent) -> dict[str, Any]:
     return {
         "cluster": agent.settings.cluster,
         "gateways": gateway_dump(agent.gateway_cache),
-        "enforcers": gateway_dump(agent.gateway_cache, ENFORCERS, ENFORCER_TYPES),
+        "enforcers": _without_digests(gateway_dump(agent.gateway_cache, ENFORCERS, ENFORCER_TYPES)),
         "ratelimiters": gateway_dump(agent.gateway_cache, RATELIMITERS, (RATELIMIT_CONFIG_TYPE,)),
         "objects": objects,
         "rejected": rejected,
     }
+
+
+def _without_digests(dump: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The enforcers' part of a dump without the key digests: they travel to the enforcers, never to a reader."""
+    for entry in dump:
+        if entry["typeUrl"] == ENFORCER_APPLICATION_TYPE:
+            for resource in entry["resources"]:
+                for key in resource["resource"].get("keys", []):
+                    key.pop("sha256", None)
+    return dump
 
 
 def admin_app(agent: Agent) -> Starlette:

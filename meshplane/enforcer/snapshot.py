@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from meshplane.proto.v1 import enforcer_pb2
 
@@ -48,30 +49,37 @@ class Snapshot:
     subscriptions: Mapping[SubscriptionKey, SubscriptionEntry] = field(default_factory=dict)
 
 
-def index_apis(apis: Iterable[enforcer_pb2.EnforcerApi]) -> Mapping[str, ApiEntry]:
-    return {
+Indexed = tuple[Mapping[Any, Any], list[str]]
+"""A table of the snapshot, and what was left out of it (each a sentence naming the entry and why)."""
+
+
+def index_apis(apis: Iterable[enforcer_pb2.EnforcerApi]) -> Indexed:
+    table = {
         f"{api.project}/{api.name}": ApiEntry(api.project, api.name, api.key_header.lower(), api.key_query)
         for api in apis
     }
+    return table, []
 
 
-def index_keys(applications: Iterable[enforcer_pb2.EnforcerApplication]) -> Mapping[bytes, KeyEntry]:
-    """ValueError when two keys share a digest: the lookup could not tell whose key it is."""
+def index_keys(applications: Iterable[enforcer_pb2.EnforcerApplication]) -> Indexed:
+    """Keys by digest. A digest several keys share is left out with all of them: which application presents
+    it could not be told, and guessing would let one subscriber speak as another."""
     table: dict[bytes, KeyEntry] = {}
+    sharing: dict[bytes, list[KeyEntry]] = {}
     for app in applications:
         for key in app.keys:
             entry = KeyEntry(app.project, app.name, key.id, key.expires_unix)
             if (other := table.setdefault(key.sha256, entry)) is not entry:
-                raise ValueError(
-                    f"key {key.id} of {app.project}/{app.name} has the digest of key {other.key_id}"
-                    f" of {other.project}/{other.application}"
-                )
-    return table
+                sharing.setdefault(key.sha256, [other]).append(entry)
+    skipped = []
+    for digest, entries in sharing.items():
+        del table[digest]
+        named = ", ".join(f"key {e.key_id} of {e.project}/{e.application}" for e in entries)
+        skipped.append(f"{named} share one digest: none of them is served")
+    return table, skipped
 
 
-def index_subscriptions(
-    subscriptions: Iterable[enforcer_pb2.EnforcerSubscription],
-) -> Mapping[SubscriptionKey, SubscriptionEntry]:
+def index_subscriptions(subscriptions: Iterable[enforcer_pb2.EnforcerSubscription]) -> Indexed:
     """When several subscriptions tie one application to one API, a blocked one wins (never allow by
     accident), else the first by name."""
     table: dict[SubscriptionKey, SubscriptionEntry] = {}
@@ -80,4 +88,4 @@ def index_subscriptions(
         held = table.get(key)
         if held is None or (held.active and not sub.active):
             table[key] = SubscriptionEntry(sub.plan, sub.active)
-    return table
+    return table, []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -210,6 +211,9 @@ class ApplicationKeySpec(WireModel):
     """What the server keeps of one API key: enough to check and revoke it, never enough to rebuild it."""
 
     application: Name
+    application_uid: str | None = None
+    """The uid of the application it was issued to: a later application of the same name is another one, and
+    the key never works for it. None on records written before keys were bound to it."""
     created: str
     expires: str | None = None
     revoked: bool = False
@@ -217,6 +221,14 @@ class ApplicationKeySpec(WireModel):
     """Digest of the key as callers send it, for the enforcer's opaque-key lookups."""
     signing_key_id: str | None = None
     """The signing key it was issued under; None for an imported opaque key."""
+
+
+def readable(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object (wire form) as any read shows it: a key record without its digest. Only the enforcer needs
+    the digest, and a digest of a weak imported key can be searched for the key."""
+    if obj.get("kind") != "ApplicationKey":
+        return dict(obj)
+    return {**obj, "spec": {field: value for field, value in obj.get("spec", {}).items() if field != "sha256"}}
 
 
 class KeySetSpec(WireModel):

@@ -68,6 +68,11 @@ ENFORCER_DECISIONS = Counter(
 ENFORCER_UPDATES = Counter(
     "meshplane_enforcer_config_updates_total", "xDS updates the enforcer took from its agent", ["type", "result"]
 )
+ENFORCER_SKIPPED = Counter(
+    "meshplane_enforcer_skipped_entries_total",
+    "Entries of the agent's updates the enforcer could not use and left out, serving the rest",
+    ["type"],
+)
 
 
 def short_type(type_url: str) -> str:

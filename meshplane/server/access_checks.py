@@ -17,8 +17,9 @@ from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters
 from meshplane.server.problems import Problem
+from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
-from meshplane.store.records import StoredObject
+from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 
@@ -47,6 +48,26 @@ async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | N
         return await _check_subscription(store, project, resource.metadata.name, spec)
     if isinstance(spec, RateLimitPolicySpec):
         await _check_target(store, project, spec.target)
+    return None
+
+
+def referenced(resource: Resource) -> tuple[ObjectKey, ...]:
+    """The objects a write of `resource` must find live when it commits: a subscription's application and
+    API, so one deleted after the check (whose delete saw no subscription yet) refuses the write."""
+    spec = resource.spec
+    project = resource.metadata.project or ""
+    if isinstance(spec, SubscriptionSpec):
+        return (("Application", project, spec.application), ("API", project, spec.api))
+    return ()
+
+
+def missing_reference(resource: Resource, missing: NotFound) -> InvalidObject | None:
+    """The refusal of a write whose `referenced` object was gone when it committed, as the check words it."""
+    spec = resource.spec
+    if isinstance(spec, SubscriptionSpec):
+        for path, kind, name in (("spec.application", "Application", spec.application), ("spec.api", "API", spec.api)):
+            if (missing.kind, missing.name) == (kind, name):
+                return InvalidObject([_missing(path, kind, name, missing.project)])
     return None
 
 
@@ -159,8 +180,31 @@ def _missing(path: str, kind: str, name: str, project: str) -> FieldError:
     return FieldError(path=path, message=f"{kind} {name!r} does not exist in project {project!r}")
 
 
+_SUBSCRIBED_BY = {"Application": "application", "API": "api"}
+"""The kinds a subscription ties together, and the field of its spec that names each."""
+
+
+async def refuse_subscribed(store: Store, kind: str, project: str, name: str) -> Fence | None:
+    """An application or an API is not deleted while subscriptions name it (409, naming them, all of the
+    project): one re-created under the same name would inherit them, and a subscription is the consumer's
+    agreement, which a delete must not drop unseen. The fence refuses the delete if one lands meanwhile."""
+    field = _SUBSCRIBED_BY.get(kind)
+    if field is None:
+        return None
+
+    def names_it(other: StoredObject) -> bool:
+        return other.project == project and other.spec.get(field) == name
+
+    subscriptions, revision = await store.list("Subscription", project, where=names_it)
+    if subscriptions:
+        listed = ", ".join(sorted(other.name for other in subscriptions))
+        raise Problem(409, f"{kind} {name} is still named by subscriptions {listed}; delete them first")
+    return Fence(revision, frozenset({"Subscription"}), names_it)
+
+
 async def delete_dependents(store: Store, kind: str, project: str, name: str) -> None:
-    """An application's key records go with it: nothing could use them, and nothing may revive them."""
+    """An application's key records go with it: each is bound to the application's uid (see credentials), so
+    no gateway would take its key for another application of the name, and none is left to look at."""
     if kind != "Application":
         return
     records, _ = await store.list("ApplicationKey", project, where=lambda o: o.spec["application"] == name)

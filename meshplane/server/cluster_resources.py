@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from fastapi import APIRouter, Query, Response
 
+from meshplane.model.access import readable
 from meshplane.model.manifests import MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.wire import from_message
@@ -19,7 +20,7 @@ from meshplane.xds.resource import VersionedResource
 
 
 def delivered_object(type_url: str, packed: VersionedResource) -> dict[str, Any]:
-    """A delivered resource as the Kubernetes-shaped object it stands for."""
+    """A delivered resource as the Kubernetes-shaped object it stands for, as reads show it (see `readable`)."""
     if type_url == MANIFEST_TYPE:
         manifest = resources_pb2.Manifest()
         packed.body.Unpack(manifest)
@@ -27,7 +28,7 @@ def delivered_object(type_url: str, packed: VersionedResource) -> dict[str, Any]
     info = REGISTRY.by_type_url(type_url)
     message = info.message()  # type: ignore[misc]
     packed.body.Unpack(message)
-    return from_message(info, message).to_wire()
+    return readable(from_message(info, message).to_wire())
 
 
 def _render_order(obj: dict[str, Any]) -> tuple[bool, str, str, str]:

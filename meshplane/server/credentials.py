@@ -1,9 +1,15 @@
 """API keys of applications: issued once, kept as digests, revoked and rotated.
 
 An issued key is a compact token signed by the server (ES256, `kid` in its header) naming its
-application, so every gateway can check it natively against the public key set. The server keeps an
-ApplicationKey record per key (its SHA-256 digest, dates, revocation), never the key. The digest also
-serves the enforcer, which checks opaque keys imported from elsewhere the same way.
+application and that application's uid, so every gateway can check it natively against the public key
+set. The server keeps an ApplicationKey record per key (its SHA-256 digest, dates, revocation, the
+application's uid), never the key. The digest also serves the enforcer, which checks opaque keys
+imported from elsewhere the same way; no two records share one.
+
+A key is bound to the application's uid, not its name: an application deleted and created again under
+the same name is another application, and gateways refuse every key of the first (a key naming a uid the
+cluster does not hold is refused like a revoked one). So the records go with their application: none is
+needed to keep refusing its keys, revoked or not, for as long as they would have lasted.
 """
 
 from __future__ import annotations
@@ -17,14 +23,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path
 from pydantic import Field
 
+from meshplane.dataplane import KEY_APPLICATION_UID_CLAIM
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Lifetime, duration_seconds
 from meshplane.model.registry import REGISTRY
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_fleet_wide, require_project, require_write
-from meshplane.server.objects import ObjectService
+from meshplane.server.objects import ObjectService, fenced
 from meshplane.server.problems import Problem, problem_responses
 from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
+from meshplane.store.batch import Fence
 from meshplane.store.errors import Conflict, NotFound
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
@@ -77,7 +85,10 @@ class Credentials:
         self.signing = signing
 
     async def issue(self, project: str, application: str, request: NewKey) -> dict[str, Any]:
-        await self.objects.get(REGISTRY.get("Application"), project, application)
+        """A key bound to the application as it is now (its uid): deleted and created again under the same
+        name, it is another application, which no key of the first one ever speaks for."""
+        owner = await self.objects.get(REGISTRY.get("Application"), project, application)
+        uid = owner.metadata.uid or ""
         now = datetime.now(UTC).replace(microsecond=0)
         expires = now + timedelta(seconds=duration_seconds(request.expires_in)) if request.expires_in else None
         key_id = f"k-{secrets.token_hex(8)}"
@@ -90,6 +101,7 @@ class Credentials:
                 "iss": ISSUER,
                 "sub": f"{project}/{application}",
                 "app": application,
+                KEY_APPLICATION_UID_CLAIM: uid,
                 "project": project,
                 "jti": key_id,
                 "iat": int(now.timestamp()),
@@ -99,6 +111,7 @@ class Credentials:
             key = signer.sign(claims)
         spec: dict[str, Any] = {
             "application": application,
+            "applicationUid": uid,
             "created": _iso(now),
             "revoked": False,
             "sha256": digest(key),
@@ -107,8 +120,31 @@ class Credentials:
             spec["expires"] = _iso(expires)
         if signer is not None:
             spec["signingKeyId"] = signer.kid
-        record = await self.store.create(KEY_KIND, project, key_id, spec=spec)
+
+        async def store(fence: Fence | None) -> StoredObject:
+            """The record, only while its application is there: one deleted meanwhile leaves no record behind."""
+            owner_key = ("Application", project, application)
+            try:
+                return await self.store.create(KEY_KIND, project, key_id, spec=spec, fence=fence, within=owner_key)
+            except NotFound as exc:
+                if (exc.kind, exc.project, exc.name) != owner_key:
+                    raise
+                raise Problem(404, f"Application {application!r} not found in project {project!r}") from None
+
+        if signer is None:
+            record = await fenced(lambda: self._unused(spec["sha256"]), store, f"a key of {application}")
+        else:
+            record = await store(None)
         return {**key_view(record), "key": key}
+
+    async def _unused(self, sha256: str) -> Fence:
+        """An imported key must be no stored key, in any project: the enforcer finds keys by digest alone, and
+        could not tell whose it is. The refusal names nothing of where it is stored; the fence refuses the
+        write if another import of it lands meanwhile."""
+        taken, revision = await self.store.list(KEY_KIND, None, where=lambda o: o.spec.get("sha256") == sha256, limit=1)
+        if taken:
+            raise Problem(409, "this key is already in use; import another one")
+        return Fence(revision, frozenset({KEY_KIND}), lambda other: other.spec.get("sha256") == sha256)
 
     async def list(self, project: str, application: str) -> list[dict[str, Any]]:
         await self.objects.get(REGISTRY.get("Application"), project, application)

@@ -17,7 +17,15 @@ from meshplane.model.meta import LabelSelector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import ApiCatalog, check_access, collides_with_access_checks, delete_dependents
+from meshplane.server.access_checks import (
+    ApiCatalog,
+    check_access,
+    collides_with_access_checks,
+    delete_dependents,
+    missing_reference,
+    referenced,
+    refuse_subscribed,
+)
 from meshplane.server.continuation import ContinueTokens
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
@@ -79,15 +87,16 @@ def _write_span(info: KindInfo, op: str, project: str | None, name: str | None) 
 
 
 def _written(resource: Resource, project: str | None) -> dict[str, Any]:
-    """What a create or a put stores of a resource, with the trace its write belongs to, and the project it
-    must be written within."""
+    """What a create or a put stores of a resource, with the trace its write belongs to, and the project and
+    the objects it names that must be live when it commits."""
     meta = resource.metadata
+    within = (("Project", "", project),) if project is not None else ()
     return {
         "spec": resource.spec.to_wire(),
         "labels": meta.labels,
         "annotations": meta.annotations,
         "trace_context": current_carrier(),
-        "within": ("Project", "", project) if project is not None else None,
+        "within": within + referenced(resource),
     }
 
 
@@ -96,13 +105,16 @@ def _missing_project(project: str) -> Problem:
 
 
 @contextmanager
-def _in_project(project: str | None) -> Iterator[None]:
-    """A write refused because its project is not there answers as a request to a missing project does."""
+def _in_project(project: str | None, resource: Resource) -> Iterator[None]:
+    """A write refused because its project is not there answers as a request to a missing project does; one
+    refused because an object it names went meanwhile, as its check would have."""
     try:
         yield
     except NotFound as exc:
         if project is not None and (exc.kind, exc.name) == ("Project", project):
             raise _missing_project(project) from None
+        if (refused := missing_reference(resource, exc)) is not None:
+            raise refused from None
         raise
 
 
@@ -127,7 +139,7 @@ def _fence(resource: Resource, seen: list[int | None]) -> Fence | None:
     return Fence(min(revisions), frozenset({resource.kind}), collides)
 
 
-async def _fenced(
+async def fenced(
     check: Callable[[], Awaitable[Fence | None]], write: Callable[[Fence | None], Awaitable[_T]], what: str
 ) -> _T:
     """`write` once `check` passes, with the fence it returns, so that the write commits only if nothing checked
@@ -197,7 +209,7 @@ class ObjectService:
         return resource
 
     async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
-        """`write` the resource once it fits with what is stored (see `_fenced`). That its project exists is
+        """`write` the resource once it fits with what is stored (see `fenced`). That its project exists is
         checked by the write itself (see `_in_project`)."""
 
         async def check() -> Fence | None:
@@ -207,7 +219,7 @@ class ObjectService:
             ]
             return _fence(resource, seen)
 
-        return await _fenced(check, write, f"{resource.kind} {resource.metadata.name}")
+        return await fenced(check, write, f"{resource.kind} {resource.metadata.name}")
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
@@ -217,7 +229,7 @@ class ObjectService:
                 span.set_attribute("meshplane.name", meta.name)
 
                 async def create(fence: Fence | None) -> StoredObject:
-                    with _in_project(project):
+                    with _in_project(project, resource):
                         written = _written(resource, project)
                         return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
 
@@ -242,7 +254,7 @@ class ObjectService:
             expected = parse_revision(meta.resource_version)
 
         async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
-            with _in_project(project):
+            with _in_project(project, resource):
                 written = _written(resource, project)
                 return await self.store.put(
                     info.kind, meta.project or "", meta.name, expected_revision=expected, fence=fence, **written
@@ -281,7 +293,9 @@ class ObjectService:
             expected = parse_revision(if_match, "If-Match")
 
             async def check() -> Fence | None:
-                return await self._refuse_non_empty_project(name) if info.kind == "Project" else None
+                if info.kind == "Project":
+                    return await self._refuse_non_empty_project(name)
+                return await refuse_subscribed(self.store, info.kind, project or "", name)
 
             async def delete(fence: Fence | None) -> StoredObject:
                 return await self.store.delete(
@@ -293,7 +307,7 @@ class ObjectService:
                     fence=fence,
                 )
 
-            stored = await _fenced(check, delete, f"{info.kind} {name}")
+            stored = await fenced(check, delete, f"{info.kind} {name}")
             await delete_dependents(self.store, info.kind, project or "", name)
             await self._project_changed(info, name)
             return to_resource(info, stored)

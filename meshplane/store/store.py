@@ -33,6 +33,9 @@ from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken
 from meshplane.store.records import Delivery, Event, ObjectKey, StoredObject, TokenRecord
 
+Within = ObjectKey | tuple[ObjectKey, ...] | None
+"""What must be live when a write commits: one object's key, or several."""
+
 NOTIFY_CHANNEL = "meshplane_events"
 _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
@@ -164,13 +167,13 @@ class Store:
         annotations: dict[str, str] | None = None,
         origin: str | None = None,
         trace_context: dict | None = None,
-        within: ObjectKey | None = None,
+        within: Within = None,
         fence: Fence | None = None,
     ) -> StoredObject:
         """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1).
-        `within`: an object that must be live when the write commits (NotFound of it otherwise), such as the
-        project the new object belongs to. `fence`: Overtaken if an object it names was written since the
-        caller's checks (see Fence)."""
+        `within`: an object (or several) that must be live when the write commits (NotFound of the first one
+        that is not otherwise), such as the project the new object belongs to. `fence`: Overtaken if an
+        object it names was written since the caller's checks (see Fence)."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
         def decide(batch: WriteBatch) -> StoredObject:
@@ -197,7 +200,7 @@ class Store:
         origin: str | None = None,
         expected_revision: int | None = None,
         trace_context: dict | None = None,
-        within: ObjectKey | None = None,
+        within: Within = None,
         fence: Fence | None = None,
     ) -> tuple[StoredObject, bool]:
         """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`
@@ -533,7 +536,7 @@ class Store:
         project: str,
         name: str,
         decision: Callable[[WriteBatch], _R],
-        within: ObjectKey | None = None,
+        within: Within = None,
         fence: Fence | None = None,
     ) -> _R:
         """`_write` of one object's content, in a span (the child of the write that asked for it)."""
@@ -541,7 +544,7 @@ class Store:
         if project:
             attributes["meshplane.project"] = project
         with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
-            keys = [(kind, project, name), *([within] if within else [])]
+            keys = [(kind, project, name), *_within_keys(within)]
             result, changes = await self._write(keys, decision, fence)
             span.set_attribute("meshplane.changed", bool(changes))
             if changes:
@@ -654,9 +657,17 @@ def _live(obj: StoredObject | None, kind: str, project: str, name: str) -> Store
     return obj
 
 
-def _require(batch: WriteBatch, within: ObjectKey | None) -> None:
-    if within is not None:
-        _live(batch.current(*within), *within)
+def _within_keys(within: Within) -> builtins.list[ObjectKey]:
+    if not within:
+        return []
+    if isinstance(within[0], str):
+        return [cast(ObjectKey, within)]
+    return builtins.list(cast(tuple[ObjectKey, ...], within))
+
+
+def _require(batch: WriteBatch, within: Within) -> None:
+    for key in _within_keys(within):
+        _live(batch.current(*key), *key)
 
 
 def _hold_fence(batch: WriteBatch, fence: Fence | None, key: ObjectKey) -> None:

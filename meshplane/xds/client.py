@@ -25,7 +25,9 @@ channel's retries in step with the stream's (at most 5 s apart)."""
 
 
 class UpdateRejected(Exception):
-    """Raised by ``on_update`` to NACK an update; the message goes back to the server."""
+    """Raised by ``on_update`` to NACK an update; the message goes back to the server. An owner may have
+    taken the parts of the update it could use: the server then offers the refused resources again only
+    in a later version."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshplane.server.app import create_app
-from meshplane.server.credentials import Credentials, credentials_router
+from meshplane.server.credentials import Credentials, NewKey, credentials_router
 from meshplane.server.objects import CHECK_ATTEMPTS, ObjectService
+from meshplane.server.problems import Problem
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.errors import NotFound, Overtaken
 from meshplane.store.store import Store
@@ -516,7 +517,15 @@ async def test_the_stored_record_holds_the_digest_and_never_the_key(mobile: http
     record = await store.get("ApplicationKey", "shop", issued["id"])
 
     assert record.spec["sha256"] == digest(issued["key"])
-    assert set(record.spec) <= {"application", "created", "expires", "revoked", "sha256", "signingKeyId"}
+    assert set(record.spec) <= {
+        "application",
+        "applicationUid",
+        "created",
+        "expires",
+        "revoked",
+        "sha256",
+        "signingKeyId",
+    }
     stored_values = [*record.spec.values(), *record.labels.values(), *record.annotations.values()]
     assert issued["key"] not in stored_values
     assert issued["key"] not in json.dumps([record.spec, record.status, record.labels, record.annotations])
@@ -770,3 +779,28 @@ async def test_arbitrary_json_to_the_keys_endpoints_never_causes_a_server_error(
             headers={"content-type": "application/json"},
         )
         assert rotated.status_code < 500, rotated.text
+
+
+async def test_a_key_is_not_stored_for_an_application_deleted_while_it_was_issued(
+    store: Store, signing: SigningKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await publish_key_set(store, signing)
+    objects = ObjectService(store)
+    credentials = Credentials(store, objects, signing)
+    async with north_client(create_app(store), ["shop"]) as http:
+        await given_objects(http, doc("Application", "mobile", {}))
+    read = objects.get
+
+    async def read_then_lose(*args: Any) -> Any:
+        found = await read(*args)
+        await store.delete("Application", "shop", "mobile")
+        return found
+
+    monkeypatch.setattr(objects, "get", read_then_lose)
+
+    for request in (NewKey(), NewKey(key="an-opaque-key-from-elsewhere-0123")):
+        with pytest.raises(Problem) as refused:
+            await credentials.issue("shop", "mobile", request)
+        assert refused.value.status == 404
+        await store.put("Application", "shop", "mobile", spec={})
+    assert (await store.list("ApplicationKey", "shop"))[0] == []

@@ -178,7 +178,7 @@ async def test_enforcer_allows_subscribed_keys_and_refuses_the_rest(tmp_path: Pa
     assert "mobile-key" not in enforcer.process.log()
 
 
-async def test_revocation_takes_effect_live_and_a_malformed_update_is_refused(tmp_path: Path) -> None:
+async def test_revocation_takes_effect_live_and_a_malformed_entry_is_left_out_of_its_update(tmp_path: Path) -> None:
     async with serving_xds(by_type(*FLEET)) as feed, started(tmp_path, feed) as (enforcer, stub):
         rotated = application("shop/mobile", key("mobile-key-2", "k2"))
         feed.cache.update(GROUP, ENFORCER_APPLICATION_TYPE, upserts=[rotated])
@@ -190,15 +190,22 @@ async def test_revocation_takes_effect_live_and_a_malformed_update_is_refused(tm
         short_digest = enforcer_pb2.EnforcerApplication(
             project="shop", name="mobile", keys=[enforcer_pb2.KeyDigest(id="k3", sha256=b"short")]
         )
-        feed.cache.update(GROUP, ENFORCER_APPLICATION_TYPE, upserts=[pack("shop/mobile", short_digest)])
+        banned_rotated = application("shop/banned", key("banned-key-2", "b2"))
+        feed.cache.update(GROUP, ENFORCER_APPLICATION_TYPE, upserts=[pack("shop/mobile", short_digest), banned_rotated])
         await feed.streams.signal.until(lambda: bool(feed.streams.nacks))
-        assert "sha256" in feed.streams.nacks[0][3]
-        assert await answers(stub, "mobile-key-2", code_pb2.OK)
+        assert "shop/mobile" in feed.streams.nacks[0][3] and "sha256" in feed.streams.nacks[0][3]
+        assert await answers(stub, "mobile-key-2", code_pb2.OK)  # the last good version of the bad entry
+        assert await answers(stub, "banned-key-2", code_pb2.PERMISSION_DENIED)  # the rest of the update: taken
+        assert await answers(stub, "banned-key", code_pb2.UNAUTHENTICATED)
+
+        fixed = application("shop/mobile", key("mobile-key-3", "k3"))
+        feed.cache.update(GROUP, ENFORCER_APPLICATION_TYPE, upserts=[fixed])
+        await enforcer.until("the fixed version to be taken", lambda: answers(stub, "mobile-key-3", code_pb2.OK))
 
         feed.cache.update(GROUP, ENFORCER_APPLICATION_TYPE, removals=["shop/mobile"])
         await enforcer.until(
             "the removed application's key to be refused",
-            lambda: answers(stub, "mobile-key-2", code_pb2.UNAUTHENTICATED),
+            lambda: answers(stub, "mobile-key-3", code_pb2.UNAUTHENTICATED),
         )
 
 

@@ -5,8 +5,10 @@ Filter chain, each filter present only when some API needs it:
   cors              answers preflights and decorates responses, per route
   jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route
   ext_authz         the enforcer, for opaque keys, enabled per route
-  rbac "revoked"    refuses keys revoked or rotated out, from each virtual host's config (answered 401
-                    by a local-reply mapper)
+  rbac "revoked"    refuses keys revoked or rotated out, and keys of an application this cluster does not
+                    hold (deleted, even if one of the same name was created since: a key names its
+                    application's uid), from each virtual host's config (answered 401 by a local-reply
+                    mapper)
   rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
@@ -42,7 +44,14 @@ from meshplane.agent.translate.catalog import Catalog
 from meshplane.agent.translate.clusters import inline_cluster
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
-from meshplane.dataplane import APPLICATION_HEADER, CONTEXT_API, IDENTITY_HEADERS, KEY_ID_HEADER, PLAN_HEADER
+from meshplane.dataplane import (
+    APPLICATION_HEADER,
+    CONTEXT_API,
+    IDENTITY_HEADERS,
+    KEY_APPLICATION_UID_CLAIM,
+    KEY_ID_HEADER,
+    PLAN_HEADER,
+)
 from meshplane.model.access import ApiKeyAuth, Cors, JwtAuth, KeyMode
 from meshplane.model.kinds import Operation
 
@@ -223,9 +232,9 @@ class AccessPlan:
     def decorate_virtual_host(self, virtual_host: route_components_pb2.VirtualHost) -> None:
         """Keys that must stop working, on every virtual host: route tables reach open connections at once,
         where a listener change would wait for them to drain."""
-        revoked = self.catalog.refused_key_ids(self.now)
-        if self.uses_rbac and revoked:
-            virtual_host.typed_per_filter_config[REVOKED_RBAC].CopyFrom(packed(_revoked_rules(revoked)))
+        if self.uses_rbac:
+            rules = _revoked_rules(self.catalog.refused_key_ids(self.now), self.catalog.application_uids())
+            virtual_host.typed_per_filter_config[REVOKED_RBAC].CopyFrom(packed(rules))
 
     def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         """Attach the API's checks to one of its routes, or make the route refuse when they cannot run."""
@@ -258,14 +267,15 @@ class AccessPlan:
                 per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, op.scopes)))
 
     def _subscribers(self, api: Api) -> rbac_filter_pb2.RBACPerRoute:
-        """One ALLOW policy per plan, naming the applications subscribed on it; its name is the plan, which
-        Envoy records as the effective policy and the route forwards to the upstream."""
+        """One ALLOW policy per plan, naming the applications subscribed on it by uid (the claim a key carries
+        of the application it was issued to); its name is the plan, which Envoy records as the effective
+        policy and the route forwards to the upstream."""
         by_plan: dict[str, list[str]] = {}
         for grant in self.catalog.grants(api.project, api.name):
-            by_plan.setdefault(grant.plan, []).append(grant.application)
+            by_plan.setdefault(grant.plan, []).append(grant.uid)
         policies = {
-            plan: _anything_by([_claim_is(KEY_PAYLOAD, "sub", f"{api.project}/{app}") for app in sorted(apps)])
-            for plan, apps in sorted(by_plan.items())
+            plan: _anything_by([_claim_is(KEY_PAYLOAD, KEY_APPLICATION_UID_CLAIM, uid) for uid in sorted(uids)])
+            for plan, uids in sorted(by_plan.items())
         }
         return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rbac_pb2.RBAC(policies=policies)))
 
@@ -323,13 +333,25 @@ def _strip_identity() -> hcm_pb2.HttpFilter:
     )
 
 
-def _revoked_rules(key_ids: list[str]) -> rbac_filter_pb2.RBACPerRoute:
-    """Every key id that must stop working, as one RE2 alternation: matching stays one pass however many."""
-    matcher = jwt_metadata(KEY_PAYLOAD, "jti")
-    matcher.value.string_match.safe_regex.regex = "^(" + "|".join(re.escape(key) for key in key_ids) + ")$"
-    rules = rbac_pb2.RBAC(
-        action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: _anything_by([rbac_pb2.Principal(metadata=matcher)])}
-    )
+def _one_of(payload: str, claim: str, values: list[str]) -> rbac_pb2.Principal:
+    """A claim that is one of `values`, as one RE2 alternation: matching stays one pass however many."""
+    matcher = jwt_metadata(payload, claim)
+    matcher.value.string_match.safe_regex.regex = "^(" + "|".join(re.escape(value) for value in values) + ")$"
+    return rbac_pb2.Principal(metadata=matcher)
+
+
+def _revoked_rules(key_ids: list[str], application_uids: list[str]) -> rbac_filter_pb2.RBACPerRoute:
+    """Keys that must not work although their signature is good: those revoked or run out by their record
+    (`key_ids`), and those of an application that is not one of `application_uids`. Without the second, a
+    key would outlive its application: one created again under the same name would answer to it."""
+    any_key = jwt_metadata(KEY_PAYLOAD, "jti")
+    any_key.value.present_match = True
+    unbound = rbac_pb2.Principal(metadata=any_key)
+    if application_uids:
+        held = _one_of(KEY_PAYLOAD, KEY_APPLICATION_UID_CLAIM, application_uids)
+        unbound = rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[unbound, rbac_pb2.Principal(not_id=held)]))
+    principals = [_one_of(KEY_PAYLOAD, "jti", key_ids), unbound] if key_ids else [unbound]
+    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: _anything_by(principals)})
     return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules))
 
 

@@ -2,7 +2,8 @@
 
 Built from the held Applications, Subscriptions, RateLimitPolicies, ApplicationKey records and the
 KeySet. References to objects this cluster does not hold (a deleted application, an API placed
-elsewhere) simply grant nothing.
+elsewhere) simply grant nothing, and a key serves only the application it was issued to (by uid), never
+a later one of the same name.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from meshplane.model.resource import Resource
 
 @dataclass(frozen=True)
 class Grant:
-    """An active subscription: `application` (a name in the API's project) may call the API on `plan`."""
+    """An active subscription: `application` (a name in the API's project, `uid` its identity) may call the
+    API on `plan`."""
 
     application: str
     plan: str
+    uid: str
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class KeyRecord:
     project: str
     id: str
     application: str
+    application_uid: str | None
     sha256: bytes
     expires: float | None
     revoked: bool
@@ -57,7 +61,8 @@ class Limits:
 
 @dataclass
 class Catalog:
-    applications: set[tuple[str, str]] = field(default_factory=set)
+    applications: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(project, name) -> uid of every application this cluster holds."""
     subscriptions: dict[tuple[str, str], list[Grant]] = field(default_factory=dict)
     """(project, api) -> active grants to applications this cluster holds."""
     all_subscriptions: list[tuple[str, str, SubscriptionSpec]] = field(default_factory=list)
@@ -69,26 +74,38 @@ class Catalog:
     @classmethod
     def of(cls, resources: Iterable[Resource]) -> Catalog:
         catalog = cls()
-        subscriptions = []
+        subscriptions, keys = [], []
         for resource in sorted(resources, key=lambda r: (r.kind, r.metadata.project or "", r.metadata.name)):
             project, name, spec = resource.metadata.project or "", resource.metadata.name, resource.spec
             if resource.kind == "Application":
-                catalog.applications.add((project, name))
+                catalog.applications[(project, name)] = resource.metadata.uid or ""
             elif isinstance(spec, SubscriptionSpec):
                 subscriptions.append((project, name, spec))
             elif isinstance(spec, RateLimitPolicySpec):
                 catalog.policies.append((project, name, spec))
             elif isinstance(spec, ApplicationKeySpec):
-                catalog.keys.append(_key_record(project, name, spec))
+                keys.append(_key_record(project, name, spec))
             elif isinstance(spec, KeySetSpec):
                 catalog.key_set = spec
+        catalog.keys = [key for key in keys if catalog.bound(key)]
         grants: dict[tuple[str, str], list[Grant]] = defaultdict(list)
         for project, _, spec in subscriptions:
-            if spec.state is SubscriptionState.ACTIVE and (project, spec.application) in catalog.applications:
-                grants[(project, spec.api)].append(Grant(spec.application, spec.plan))
+            uid = catalog.applications.get((project, spec.application))
+            if spec.state is SubscriptionState.ACTIVE and uid is not None:
+                grants[(project, spec.api)].append(Grant(spec.application, spec.plan, uid))
         catalog.subscriptions = dict(grants)
         catalog.all_subscriptions = subscriptions
         return catalog
+
+    def bound(self, key: KeyRecord) -> bool:
+        """Whether a key record belongs to the application held under its name. A record from before keys
+        were bound names no uid: those were always deleted with their application, so it is that one's."""
+        uid = self.applications.get((key.project, key.application))
+        return uid is not None and key.application_uid in (None, uid)
+
+    def application_uids(self) -> list[str]:
+        """Who a signed key may speak for here: the uids of the applications held."""
+        return sorted(uid for uid in self.applications.values() if uid)
 
     def grants(self, project: str, api: str) -> list[Grant]:
         return self.subscriptions.get((project, api), [])
@@ -131,4 +148,6 @@ class Catalog:
 
 def _key_record(project: str, name: str, spec: ApplicationKeySpec) -> KeyRecord:
     expires = datetime.fromisoformat(spec.expires.replace("Z", "+00:00")).timestamp() if spec.expires else None
-    return KeyRecord(project, name, spec.application, bytes.fromhex(spec.sha256), expires, spec.revoked)
+    return KeyRecord(
+        project, name, spec.application, spec.application_uid, bytes.fromhex(spec.sha256), expires, spec.revoked
+    )

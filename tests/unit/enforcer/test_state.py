@@ -1,4 +1,5 @@
-"""Updates from the agent: taken whole, or refused whole (a NACK) with the previous state kept."""
+"""Updates from the agent: taken around what the enforcer cannot use, which keeps its previous version and is
+reported in the NACK."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def bad_application(**fields: object) -> enforcer_pb2.EnforcerApplication:
 
 
 async def refused(state: EnforcerState, type_url: str, *resources: VersionedResource) -> str:
-    """Apply an update that must be refused; the refusal's message."""
+    """Apply an update some of which must be refused; the refusal's message."""
     with pytest.raises(UpdateRejected) as refusal:
         await state.apply(update(type_url, *resources))
     return str(refusal.value)
@@ -60,18 +61,18 @@ async def test_an_update_is_taken_and_reported_in_the_versions() -> None:
         pytest.param(pack("shop/web", bad_application()), "shop/mobile", id="name-is-not-the-body"),
     ],
 )
-async def test_a_malformed_application_is_refused_and_the_last_good_one_kept(
+async def test_a_malformed_application_is_left_out_the_last_good_one_kept_and_the_rest_taken(
     resource: VersionedResource, complaint: str
 ) -> None:
     state = await loaded(*BASE)
-    before = state.snapshot
+    web = application("shop/web", key("web-key", "w1"))
 
-    message = await refused(state, ENFORCER_APPLICATION_TYPE, application("shop/web", key("web-key", "w1")), resource)
+    message = await refused(state, ENFORCER_APPLICATION_TYPE, web, resource)
 
     assert resource.name in message and complaint in message
-    assert state.snapshot is before
-    assert state.versions(ENFORCER_APPLICATION_TYPE) == {MOBILE.name: MOBILE.version}
+    assert state.versions(ENFORCER_APPLICATION_TYPE) == {MOBILE.name: MOBILE.version, web.name: web.version}
     assert isinstance(decide(state.snapshot, MOBILE_CALL, NOW), Allow)
+    assert state.snapshot.keys[digest("web-key")].application == "web"
 
 
 async def test_an_api_where_no_key_can_be_read_is_refused() -> None:
@@ -92,14 +93,13 @@ async def test_a_subscription_naming_no_application_or_api_is_refused(app: str, 
     assert isinstance(decide(state.snapshot, MOBILE_CALL, NOW), Allow)
 
 
-async def test_two_applications_with_one_digest_are_refused() -> None:
+async def test_keys_of_two_applications_with_one_digest_are_left_out() -> None:
     state = await loaded(*BASE)
 
     message = await refused(state, ENFORCER_APPLICATION_TYPE, application("shop/web", key("mobile-key", "w1")))
 
-    assert "digest" in message
-    decision = decide(state.snapshot, MOBILE_CALL, NOW)
-    assert isinstance(decision, Allow) and decision.key.application == "mobile"
+    assert "digest" in message and "shop/mobile" in message and "shop/web" in message
+    assert decide(state.snapshot, MOBILE_CALL, NOW) is Denial.INVALID_KEY
 
 
 async def test_an_update_of_a_type_the_enforcer_does_not_serve_is_refused() -> None:

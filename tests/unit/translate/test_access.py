@@ -30,23 +30,26 @@ JWK["y"] = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"
 SERVICES = GatewaySettings(enforcer_address="127.0.0.1:18081", ratelimiter_address="127.0.0.1:18082")
 
 
-def obj(kind: str, name: str, spec: dict[str, Any], project: str | None = "shop") -> Resource:
-    metadata = {"name": name, **({"project": project} if project else {})}
+def obj(kind: str, name: str, spec: dict[str, Any], project: str | None = "shop", uid: str | None = None) -> Resource:
+    metadata = {"name": name, **({"project": project} if project else {}), **({"uid": uid} if uid else {})}
     return REGISTRY.parse({"kind": kind, "metadata": metadata, "spec": spec})
 
 
+def application(name: str, uid: str | None = None) -> Resource:
+    return obj("Application", name, {}, uid=uid or f"uid-{name}")
+
+
 def key(name: str, app: str, **spec: Any) -> Resource:
-    return obj(
-        "ApplicationKey", name, {"application": app, "created": "2026-01-01T00:00:00Z", "sha256": "ab" * 32, **spec}
-    )
+    fields = {"application": app, "applicationUid": f"uid-{app}", "created": "2026-01-01T00:00:00Z"}
+    return obj("ApplicationKey", name, {**fields, "sha256": "ab" * 32, **spec})
 
 
 def catalog(*extra: Resource) -> Catalog:
     return Catalog.of(
         [
             obj("KeySet", "api-keys", {"issuer": "meshplane", "keys": [JWK]}, project=None),
-            obj("Application", "mobile", {}),
-            obj("Application", "web", {}),
+            application("mobile"),
+            application("web"),
             obj("Subscription", "mobile-orders", {"application": "mobile", "api": "orders", "plan": "gold"}),
             obj("Subscription", "web-orders", {"application": "web", "api": "orders", "state": "blocked"}),
             key("k-live", "mobile"),
@@ -104,8 +107,29 @@ def test_signed_keys_compile_to_jwt_authn_then_revocation_then_subscriptions() -
     table = next(table for table in config.routes if table.name == "gateway")
     revoked = rbac_pb2.RBACPerRoute()
     table.virtual_hosts[0].typed_per_filter_config["meshplane.revoked"].Unpack(revoked)
-    pattern = revoked.rbac.rules.policies["revoked"].principals[0].metadata.value.string_match.safe_regex.regex
-    assert pattern == "^(k\\-revoked|k\\-rotated)$"
+    refused = revoked.rbac.rules.policies["revoked"].principals
+    assert refused[0].metadata.value.string_match.safe_regex.regex == "^(k\\-revoked|k\\-rotated)$"
+    # ... and keys of applications the cluster does not hold, by the uid each key names.
+    present, not_held = refused[1].and_ids.ids
+    assert [p.key for p in present.metadata.path] == ["apikey", "jti"] and present.metadata.value.present_match
+    assert not_held.not_id.metadata.value.string_match.safe_regex.regex == "^(uid\\-mobile|uid\\-web)$"
+
+
+def test_keys_bound_to_an_earlier_application_of_the_name_serve_no_one() -> None:
+    reborn = Catalog.of(
+        [
+            application("mobile", uid="uid-reborn"),
+            key("k-old", "mobile", sha256="cd" * 32),
+            key("k-old-revoked", "mobile", revoked=True),
+            key("k-new", "mobile", applicationUid="uid-reborn"),
+            key("k-unbound", "mobile", applicationUid=None, sha256="ef" * 32),
+        ]
+    )
+
+    assert sorted(k.id for k in reborn.keys) == ["k-new", "k-unbound"]
+    assert reborn.refused_key_ids(NOW) == []
+    digests = enforcer_resources([], reborn)[ENFORCER_APPLICATION_TYPE]["shop/mobile"]
+    assert sorted(d.id for d in digests.keys) == ["k-new", "k-unbound"]
 
 
 def test_only_active_subscriptions_of_held_applications_are_let_in_named_by_plan() -> None:
@@ -116,7 +140,8 @@ def test_only_active_subscriptions_of_held_applications_are_let_in_named_by_plan
 
     policies = per_route.rbac.rules.policies
     assert list(policies) == ["gold"]
-    assert [p.metadata.value.string_match.exact for p in policies["gold"].principals] == ["shop/mobile"]
+    assert [p.metadata.value.string_match.exact for p in policies["gold"].principals] == ["uid-mobile"]
+    assert [s.key for s in policies["gold"].principals[0].metadata.path] == ["apikey", "uid"]
     assert [h.header.key for h in route.request_headers_to_add] == ["x-meshplane-plan"]
 
 
