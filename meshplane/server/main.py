@@ -243,7 +243,17 @@ async def run_server(
     app.include_router(cluster_resources_router(projection))
     app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
-    http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
+    http_config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ssl_certfile=settings.http_tls_cert,
+        ssl_keyfile=settings.http_tls_key,
+    )
+    http = uvicorn.Server(http_config)
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     feeder_task = asyncio.create_task(feeder.run(), name="projection-feeder")
