@@ -238,6 +238,11 @@ class MeshplaneClient:
     async def retire_signing_key(self, kid: str) -> dict[str, Any]:
         return (await self._call("DELETE", f"/v1/signing-keys/{kid}")).json()
 
+    async def revoke_agent_certificate(self, cluster: str, serial: str, reason: str = "") -> dict[str, Any]:
+        """Every server refuses the agent certificate with this serial (lower-case hex) from now on."""
+        body = {"cluster": cluster, "serial": serial, "reason": reason}
+        return (await self._call("POST", "/v1/certificaterevocations", json=body)).json()
+
     async def create_token(
         self, name: str, role: str, project: str | None = None, expires_in: str | None = None
     ) -> dict[str, Any]:

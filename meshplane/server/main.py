@@ -22,6 +22,7 @@ from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
+from meshplane.security.revocation import RevocationCheck, RevokedCertificates
 from meshplane.security.tls import INSECURE_WARNING, server_credentials
 from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
@@ -37,6 +38,7 @@ from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
+from meshplane.server.revocations import revocations_router
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
 from meshplane.server.sync import ProjectionFeeder
@@ -199,7 +201,8 @@ async def run_server(
     await tokens.bootstrap(settings.data_dir / "admin-token", configured)
     cache = ResourceCache()
     projection = FleetProjection(cache)
-    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
+    revoked = RevokedCertificates()
+    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache), revoked=revoked)
     clusters = ClusterRegistry(store)
     leadership = Leadership(store)
     rollup = StatusRollup(store, projection, clusters, leadership)
@@ -209,7 +212,7 @@ async def run_server(
         interceptors=[
             MeasureCalls(),
             TraceUnaryHandlers(),
-            *([] if grpc_credentials is None else [ClusterIdentityInterceptor()]),
+            *([] if grpc_credentials is None else [RevocationCheck(revoked), ClusterIdentityInterceptor()]),
         ],
         options=keepalive_options(settings.keepalive_interval, settings.keepalive_timeout),
     )
@@ -241,6 +244,7 @@ async def run_server(
     )
     app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))
+    app.include_router(revocations_router(store))
     app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
     http_config = uvicorn.Config(
