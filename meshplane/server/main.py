@@ -23,7 +23,7 @@ from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
 from meshplane.security.revocation import RevocationCheck, RevokedCertificates
-from meshplane.security.tls import INSECURE_WARNING, server_credentials
+from meshplane.security.tls import INSECURE_WARNING, keep_north_certificate_fresh, server_credentials
 from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
@@ -268,12 +268,17 @@ async def run_server(
     if own_process:
         quiet_garbage_collector()
     await grpc_server.start()
-    http_task = asyncio.create_task(http.serve(), name="north-api")
     background = [
         asyncio.create_task(leadership.run(), name="leadership"),
         asyncio.create_task(rollup.run(), name="status-rollup"),
         asyncio.create_task(compactor.run(), name="compaction"),
     ]
+    if settings.http_tls_cert is not None and settings.http_tls_key is not None:
+        http_config.load()  # makes the TLS context now, to load renewed certificate files into
+        assert http_config.ssl is not None
+        renewals = keep_north_certificate_fresh(http_config.ssl, settings.http_tls_cert, settings.http_tls_key)
+        background.append(asyncio.create_task(renewals, name="north-certificate"))
+    http_task = asyncio.create_task(http.serve(), name="north-api")
     log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
     try:
         done, _ = await asyncio.wait(
