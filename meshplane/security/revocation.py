@@ -121,7 +121,7 @@ class RevocationCheck(HandlerInterceptor):
                 return
             if serial in self.revoked:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, _refusal(serial))
-            stream = _EndableStream(behavior(request, context))
+            stream = EndableStream(behavior(request, context))
             stop = self.revoked.on_revoke(serial, stream.end)
             try:
                 async for response in stream:
@@ -134,7 +134,7 @@ class RevocationCheck(HandlerInterceptor):
         return checked
 
 
-class _EndableStream:
+class EndableStream:
     """A handler's response stream that `end()` stops from outside, wherever it waits.
 
     The stream's task is cancelled only while it is inside the handler (waiting for its next response),
@@ -153,7 +153,7 @@ class _EndableStream:
         if self._inside and self._task is not None:
             self._task.cancel()
 
-    def __aiter__(self) -> _EndableStream:
+    def __aiter__(self) -> EndableStream:
         return self
 
     async def __anext__(self) -> Any:
