@@ -120,6 +120,10 @@ def init(
         else:
             covered = server_names_of(load_certificate(files.certificate))
             typer.echo(f"server names        {', '.join(sorted(covered))}")
+        typer.echo(
+            f"north API HTTPS     --http-tls-cert {files.certificate.resolve()} --http-tls-key {files.key.resolve()}"
+            f" (clients: --cacert {pki.ca_certificate.resolve()})"
+        )
         for name in cluster or []:
             agent = pki.ensure_agent(name)
             typer.echo(f"agent {name:<13} {agent.certificate.resolve()}")
