@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import ssl
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -23,7 +24,12 @@ from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
 from meshplane.security.revocation import RevocationCheck, RevokedCertificates
-from meshplane.security.tls import INSECURE_WARNING, keep_north_certificate_fresh, server_credentials
+from meshplane.security.tls import (
+    INSECURE_WARNING,
+    TlsConfigError,
+    keep_north_certificate_fresh,
+    server_credentials,
+)
 from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
@@ -154,6 +160,19 @@ def return_large_buffers() -> None:
     mallopt(_M_TRIM_THRESHOLD, _LARGE_BUFFER)
 
 
+def north_tls_context(config: uvicorn.Config) -> ssl.SSLContext:
+    """uvicorn's TLS context of the north API, made before anything starts: a file that does not load stops
+    the server naming it, and renewed files are loaded into this context later."""
+    try:
+        config.load()
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(
+            f"cannot serve the north API over HTTPS with {config.ssl_certfile} and {config.ssl_keyfile}: {exc}"
+        ) from None
+    assert config.ssl is not None
+    return config.ssl
+
+
 async def ensure_default_project(store: Store) -> None:
     """A fresh server has a `default` project, as a fresh Kubernetes has a `default` namespace."""
     if await store.current_revision() == 0:
@@ -257,6 +276,7 @@ async def run_server(
         ssl_certfile=settings.http_tls_cert,
         ssl_keyfile=settings.http_tls_key,
     )
+    north_tls = north_tls_context(http_config) if settings.http_tls_cert is not None else None
     http = uvicorn.Server(http_config)
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
@@ -273,10 +293,8 @@ async def run_server(
         asyncio.create_task(rollup.run(), name="status-rollup"),
         asyncio.create_task(compactor.run(), name="compaction"),
     ]
-    if settings.http_tls_cert is not None and settings.http_tls_key is not None:
-        http_config.load()  # makes the TLS context now, to load renewed certificate files into
-        assert http_config.ssl is not None
-        renewals = keep_north_certificate_fresh(http_config.ssl, settings.http_tls_cert, settings.http_tls_key)
+    if north_tls is not None and settings.http_tls_cert is not None and settings.http_tls_key is not None:
+        renewals = keep_north_certificate_fresh(north_tls, settings.http_tls_cert, settings.http_tls_key)
         background.append(asyncio.create_task(renewals, name="north-certificate"))
     http_task = asyncio.create_task(http.serve(), name="north-api")
     log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
