@@ -157,3 +157,26 @@ async def test_revoking_needs_an_admin_and_names_a_serial(
     assert again.status_code == 200, again.text
     assert [(item["metadata"]["name"], item["spec"]["cluster"]) for item in listed] == [("abc123", "edge-x")]
     assert deleted.status_code == 405
+
+
+def test_revoke_agent_says_what_is_wrong_without_a_traceback(tmp_path: Path) -> None:
+    with run_server(tmp_path) as server:
+        with server.http() as http:
+            viewer = http.post("/v1/tokens", json={"name": "looker", "role": "viewer"}).json()["token"]
+        server.pki.ensure_agent("edge-x")
+        argv = [*MESHPLANE, "certs", "revoke-agent", "--data-dir", str(server.data_dir)]
+
+        def run(*args: str, token: str = server.token) -> subprocess.CompletedProcess[str]:
+            env = {**server.cli_env, "MESHPLANE_TOKEN": token}
+            return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30, check=False, env=env)
+
+        not_hex = run("--cluster", "edge-x", "--serial", "zz")
+        unknown = run("--cluster", "edge-q")
+        as_viewer = run("--cluster", "edge-x", token=viewer)
+
+    for refused in (not_hex, unknown, as_viewer):
+        assert refused.returncode == 1
+        assert "Traceback" not in refused.stderr
+    assert "'zz' is not a hexadecimal serial number" in not_hex.stderr
+    assert "give its --serial" in unknown.stderr
+    assert "403" in as_viewer.stderr
