@@ -375,8 +375,8 @@ class Pki:
     def reissue_agent(
         self, cluster: str, now: datetime | None = None
     ) -> tuple[CertificateFiles, x509.Certificate | None]:
-        """A new certificate for `cluster` (a new serial) in place of the one on disk, which it answers too
-        (None if there was none): the old one still works until it expires or is revoked."""
+        """A new certificate for `cluster` (a new serial) in place of the one on disk, and the one it replaced
+        (None if there was none), which still works until it expires or is revoked."""
         files = self.agent_files(cluster)
         ca = self.ensure_ca(now)
         previous = load_certificate(files.certificate) if files.certificate.exists() else None
