@@ -21,6 +21,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from meshplane.bulk import apply_file, delete_file
+from meshplane.cli_options import DEFAULT_SERVER, CaCertOpt, ServerUrl, TokenOpt
 from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents, object_label
 from meshplane.config import AgentSettings, LogFormat, ServerSettings
 from meshplane.model.registry import UnknownKind
@@ -45,10 +46,7 @@ LogFormatOpt = Annotated[LogFormat | None, typer.Option("--log-format", help="js
 OtlpEndpointOpt = Annotated[
     str | None, typer.Option("--otlp-endpoint", help="send traces to this OTLP gRPC collector [off]")
 ]
-ServerUrl = Annotated[str, typer.Option("--server", envvar="MESHPLANE_SERVER", help="north API URL")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="MESHPLANE_TOKEN", help="bearer token")]
 ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PROJECT", help="project")]
-DEFAULT_SERVER = "http://127.0.0.1:8080"
 T = TypeVar("T")
 
 
@@ -88,12 +86,16 @@ def run_client(call: Coroutine[Any, Any, None]) -> None:
 
 
 def _request(
-    server: str, token: str | None, send: Callable[[MeshplaneClient], Awaitable[T]], show: Callable[[T], None]
+    server: str,
+    token: str | None,
+    cacert: Path | None,
+    send: Callable[[MeshplaneClient], Awaitable[T]],
+    show: Callable[[T], None],
 ) -> None:
     """Send one request and show its answer: the shape of most verbs, their errors handled as `run_client`'s."""
 
     async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             show(await send(client))
 
     run_client(call())
@@ -127,6 +129,10 @@ def server(
     tls_server_name: Annotated[
         list[str] | None, typer.Option(help="extra name / IP for the created server certificate (repeatable)")
     ] = None,
+    http_tls_cert: Annotated[
+        Path | None, typer.Option(help="serve the north API over HTTPS with this certificate")
+    ] = None,
+    http_tls_key: Annotated[Path | None, typer.Option(help="its key (with --http-tls-cert)")] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
@@ -147,6 +153,8 @@ def server(
         tls_key=tls_key,
         tls_ca=tls_ca,
         tls_server_names=tls_server_name,
+        http_tls_cert=http_tls_cert,
+        http_tls_key=http_tls_key,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )
@@ -353,6 +361,7 @@ def apply(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Create or replace every object of a (multi-document) YAML file, those that others name first (projects,
     then APIs and applications, then what names them), many at a time; the first refusal stops it."""
@@ -366,7 +375,7 @@ def apply(
         def show(done: Applied) -> None:
             out.print(f"{done.label} {'created' if done.created else 'configured'}", highlight=False)
 
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             applied = await apply_file(client, docs, project, on_applied=show)
             if wait:
                 from meshplane.cli_ops import wait_for_rollouts
@@ -384,6 +393,7 @@ def diff(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Show what applying a file would change: exit 0 when nothing, 1 when something, 2 on error."""
     from meshplane.cli_ops import diff_documents
@@ -391,7 +401,7 @@ def diff(
     diffs: list[str] = []
 
     async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             diffs.extend(await diff_documents(client, docs, project))
 
     with user_errors(code=2):
@@ -449,6 +459,7 @@ def get(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Show one object or list a kind; with -w, stream changes until Ctrl-C."""
     _check_output(output, "table", "yaml", "json")
@@ -456,7 +467,7 @@ def get(
         from meshplane.cli_ops import print_event, stream_changes, until_stopped
 
         async def follow(stop: asyncio.Event) -> None:
-            async with MeshplaneClient(server, token) as client:
+            async with MeshplaneClient(server, token, cacert=cacert) as client:
                 await until_stopped(stream_changes(client, kind, name, project, print_event(output)), stop)
 
         with user_errors():
@@ -464,7 +475,7 @@ def get(
         return
 
     async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             if name:
                 _print_objects([await client.get(kind, name, project)], output, single=True)
             else:
@@ -486,6 +497,7 @@ def delete(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Delete an object, or every object a file declares (those naming others first, projects last); the
     first refusal stops it."""
@@ -493,13 +505,14 @@ def delete(
     if file is not None:
         if kind is not None:
             raise typer.BadParameter(usage)
-        _delete_file(file, ignore_not_found, project, server, token)
+        _delete_file(file, ignore_not_found, project, server, token, cacert)
         return
     if kind is None or name is None:
         raise typer.BadParameter(usage)
     _request(
         server,
         token,
+        cacert,
         lambda client: client.delete(kind, name, project),
         lambda deleted: out.print(
             f"{object_label(deleted['kind'], name, deleted['metadata'].get('project'))} deleted", highlight=False
@@ -507,12 +520,14 @@ def delete(
     )
 
 
-def _delete_file(file: str, ignore_not_found: bool, project: str, server: str, token: str | None) -> None:
+def _delete_file(
+    file: str, ignore_not_found: bool, project: str, server: str, token: str | None, cacert: Path | None
+) -> None:
     with user_errors():
         docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
 
     async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             await delete_file(
                 client,
                 docs,
@@ -571,6 +586,7 @@ def status(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Clusters (connected, last seen, objects out of date), or one object's delivery to each cluster."""
     if (kind is None) != (name is None):
@@ -578,7 +594,7 @@ def status(
     _check_output(output, "table", "json")
 
     async def call() -> None:
-        async with MeshplaneClient(server, token) as client:
+        async with MeshplaneClient(server, token, cacert=cacert) as client:
             if kind and name:
                 obj = await client.get(kind, name, project)
                 if output == "json":
@@ -644,6 +660,7 @@ def keys_create(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Issue an API key (or import one) and print it: the server keeps only its digest."""
     _check_issue_output(output, key_only)
@@ -652,6 +669,7 @@ def keys_create(
     _request(
         server,
         token,
+        cacert,
         lambda client: client.issue_key(application, project, expires_in, imported),
         lambda answer: _print_issued(answer, output, key_only),
     )
@@ -664,6 +682,7 @@ def keys_list(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """An application's keys (never the keys themselves)."""
     from meshplane.cli_ops import key_table
@@ -672,6 +691,7 @@ def keys_list(
     _request(
         server,
         token,
+        cacert,
         lambda client: client.list_keys(application, project),
         lambda views: _print_views(views, output, key_table),
     )
@@ -684,11 +704,13 @@ def keys_revoke(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Revoke a key: every gateway refuses it once its configuration catches up."""
     _request(
         server,
         token,
+        cacert,
         lambda client: client.revoke_key(application, key_id, project),
         lambda revoked: out.print(
             f"key {revoked['id']} of {revoked['application']} revoked", markup=False, highlight=False
@@ -707,23 +729,26 @@ def keys_rotate(
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Issue a key to replace another and print it; the old one works for the overlap, then stops."""
     _check_issue_output(output, key_only)
     _request(
         server,
         token,
+        cacert,
         lambda client: client.rotate_key(application, key_id, project, overlap, expires_in),
         lambda answer: _print_issued(answer, output, key_only),
     )
 
 
 @signing_keys_app.command("rotate")
-def signing_keys_rotate(server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def signing_keys_rotate(server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None, cacert: CaCertOpt = None) -> None:
     """Sign new API keys with a new key; keys signed before keep working until their signer is retired."""
     _request(
         server,
         token,
+        cacert,
         lambda client: client.rotate_signing_key(),
         lambda answer: out.print(f"signing key {answer['kid']} now signs new API keys", markup=False, highlight=False),
     )
@@ -734,11 +759,13 @@ def signing_keys_retire(
     kid: Annotated[str, typer.Argument(help="the signing key's id, as rotate printed it")],
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Retire a signing key: every API key it signed stops working."""
     _request(
         server,
         token,
+        cacert,
         lambda client: client.retire_signing_key(kid),
         lambda _: out.print(f"signing key {kid} retired", markup=False, highlight=False),
     )
@@ -802,6 +829,7 @@ def tokens_create(
     token_only: Annotated[bool, typer.Option("--token-only", help="print the token alone")] = False,
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Create a bearer token and print it once: the server keeps only its digest."""
     from meshplane.cli_ops import token_table
@@ -813,26 +841,38 @@ def tokens_create(
         _print_table(token_table([answer]))
         sys.stdout.write(f"\n{answer['token']}\n\nStore this token now: it is not shown again.\n")
 
-    _request(server, token, lambda client: client.create_token(name, role, project, expires_in), show)
+    _request(server, token, cacert, lambda client: client.create_token(name, role, project, expires_in), show)
 
 
 @tokens_app.command("list")
-def tokens_list(output: OutputOpt = "table", server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def tokens_list(
+    output: OutputOpt = "table", server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None, cacert: CaCertOpt = None
+) -> None:
     """Every token (never the tokens themselves)."""
     from meshplane.cli_ops import token_table
 
     _check_output(output, "table", "yaml", "json")
-    _request(server, token, lambda client: client.list_tokens(), lambda views: _print_views(views, output, token_table))
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.list_tokens(),
+        lambda views: _print_views(views, output, token_table),
+    )
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(
-    token_id: Annotated[str, typer.Argument()], server: ServerUrl = DEFAULT_SERVER, token: TokenOpt = None
+    token_id: Annotated[str, typer.Argument()],
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
 ) -> None:
     """Revoke a token: every server refuses it within seconds."""
     _request(
         server,
         token,
+        cacert,
         lambda client: client.revoke_token(token_id),
         lambda _: out.print(f"token {token_id} revoked", highlight=False),
     )

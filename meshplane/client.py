@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,7 +31,34 @@ class ServerUnreachable(Exception):
     """The server did not answer at all (refused, timed out, bad address): no HTTP status to report."""
 
     def __init__(self, server: str, cause: httpx.TransportError):
+        untrusted = _certificate_refusal(cause)
+        if untrusted is not None:
+            super().__init__(
+                f"the TLS certificate of the meshplane server at {server} is not trusted ({untrusted.verify_message}); "
+                "pass --cacert with the CA certificate that issued it (or set MESHPLANE_CACERT)"
+            )
+            return
         super().__init__(f"cannot reach the meshplane server at {server}: {str(cause) or type(cause).__name__}")
+
+
+def _certificate_refusal(error: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate check that failed somewhere in `error`'s causes, if that is why."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def trust_of(cacert: Path | None) -> ssl.SSLContext | bool:
+    """What verifies the server's certificate: the CA in `cacert`, else the system's CAs."""
+    if cacert is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(cacert))
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot use {cacert} as a CA certificate: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def object_path(info: KindInfo, project: str | None, name: str | None = None) -> str:
@@ -102,9 +131,16 @@ class Applied:
 
 
 class MeshplaneClient:
-    def __init__(self, server: str = "http://127.0.0.1:8080", token: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        server: str = "http://127.0.0.1:8080",
+        token: str | None = None,
+        timeout: float = 30.0,
+        cacert: Path | None = None,
+    ):
+        """`cacert`: the CA certificate that vouches for an https:// server (default: the system's CAs)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(base_url=server, headers=headers, timeout=timeout)
+        self.http = httpx.AsyncClient(base_url=server, headers=headers, timeout=timeout, verify=trust_of(cacert))
 
     async def __aenter__(self) -> MeshplaneClient:
         return self
@@ -201,6 +237,11 @@ class MeshplaneClient:
 
     async def retire_signing_key(self, kid: str) -> dict[str, Any]:
         return (await self._call("DELETE", f"/v1/signing-keys/{kid}")).json()
+
+    async def revoke_agent_certificate(self, cluster: str, serial: str, reason: str = "") -> dict[str, Any]:
+        """Every server refuses the agent certificate with this serial (lower-case hex) from now on."""
+        body = {"cluster": cluster, "serial": serial, "reason": reason}
+        return (await self._call("POST", "/v1/certificaterevocations", json=body)).json()
 
     async def create_token(
         self, name: str, role: str, project: str | None = None, expires_in: str | None = None

@@ -107,12 +107,17 @@ class ServerSettings(ProcessSettings):
         default_factory=list, description="extra DNS names / IPs for the server certificate created in data_dir/pki"
     )
 
+    http_tls_cert: Path | None = Field(default=None, description="serve the north API over HTTPS with this certificate")
+    http_tls_key: Path | None = Field(default=None, description="its key (with http_tls_cert)")
+
     @model_validator(mode="after")
     def _tls_files_together(self) -> Self:
         given = {"tls_cert": self.tls_cert, "tls_key": self.tls_key, "tls_ca": self.tls_ca}
         if any(given.values()) and not all(given.values()):
             missing = ", ".join(name for name, value in given.items() if value is None)
             raise ValueError(f"tls_cert, tls_key and tls_ca go together; missing: {missing}")
+        if (self.http_tls_cert is None) != (self.http_tls_key is None):
+            raise ValueError("http_tls_cert and http_tls_key go together")
         return self
 
     event_retention: float = Field(default=86_400.0, gt=0, description="seconds the event log keeps events")

@@ -29,6 +29,14 @@ async def postgres_url(postgres_server: PostgresServer) -> AsyncIterator[str]:
     await postgres_server.drop_database(url)
 
 
+@pytest.fixture
+def shared_database(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh PostgreSQL database for server processes (several replicas may share it), dropped after."""
+    url = asyncio.run(postgres_server.create_database())
+    yield url
+    asyncio.run(postgres_server.drop_database(url))
+
+
 # --- end of the PostgreSQL block ---
 
 # --- Store: an empty one on SQLite per test, for tests that use it in process ---

@@ -50,7 +50,7 @@ from meshplane.observability.grpc_tracing import TraceUnaryCalls
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resources_pb2
-from meshplane.security.tls import INSECURE_WARNING, agent_channel_credentials, agent_channel_options
+from meshplane.security.tls import INSECURE_WARNING, AgentCredentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient, DeltaUpdate, UpdateRejected
 from meshplane.xds.resource import pack
@@ -91,7 +91,9 @@ class Agent:
     ):
         self.settings = settings
         # mTLS unless told otherwise; TlsConfigError (no certificate configured) stops the agent here.
-        self.channel_credentials = channel_credentials or agent_channel_credentials(settings)
+        # Credentials handed in are kept as they are; those from the settings' files follow the files.
+        self._tls = None if channel_credentials is not None else AgentCredentials(settings)
+        self.channel_credentials = channel_credentials or (self._tls.current if self._tls is not None else None)
         self.gateway_cache = ResourceCache()
         gw_host, gw_port = split_address(settings.gateway_address)
         self.gateway_settings = GatewaySettings(
@@ -111,6 +113,7 @@ class Agent:
         self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
+        self._superseded: list[grpc.aio.Channel] = []
         self.kube: KubeApplier | None = None
         self.operator: KubeOperator | None = None
         self.services: ServiceWatch | None = None
@@ -139,6 +142,18 @@ class Agent:
         return grpc.aio.secure_channel(
             self.settings.server, self.channel_credentials, options=options, interceptors=interceptors
         )
+
+    def channel(self) -> grpc.aio.Channel:
+        """The channel new calls to the server go on: a new one once the certificate files changed, so new
+        connections carry the new certificate while the sync stream on the old channel goes on (the sync
+        client closes that channel when it reconnects)."""
+        assert self._channel is not None
+        renewed = self._tls.renewed() if self._tls is not None else None
+        if renewed is not None:
+            self.channel_credentials = renewed
+            self._superseded.append(self._channel)
+            self._channel = self._open_channel()
+        return self._channel
 
     async def _load_state(self) -> LocalState:
         state = await LocalState.open(self.settings.state_dir)
@@ -342,8 +357,7 @@ class Agent:
         delay = 0.2
         while True:
             try:
-                assert self._channel is not None
-                stub = control_plane_pb2_grpc.ControlPlaneStub(self._channel)
+                stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
                 response = await stub.RegisterCluster(
                     control_plane_pb2.RegisterClusterRequest(
                         cluster=self.settings.cluster, agent_version=__version__, labels=self.settings.labels
@@ -362,7 +376,7 @@ class Agent:
         state = self.state
         await self.register()
         client = DeltaClient(
-            lambda: self._channel,  # type: ignore[arg-type,return-value]
+            self.channel,
             base_pb2.Node(id=self.settings.cluster, cluster=self.settings.cluster),
             DELIVERED_TYPE_URLS,
             initial_versions=state.versions,
@@ -373,7 +387,7 @@ class Agent:
     async def run(self, stop: asyncio.Event) -> None:
         self.state = await self._load_state()
         self.local = LocalAPIs.load(self.state)
-        self.reporter = Reporter(self.state, lambda: self._channel, self.settings.cluster)  # type: ignore[arg-type,return-value]
+        self.reporter = Reporter(self.state, self.channel, self.settings.cluster)
         kube_client = _kube_client(self.settings)
         if kube_client is not None:
             self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
@@ -389,7 +403,7 @@ class Agent:
                 kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
             )
             self.service_sync = ServiceCatalogSync(
-                lambda: self._channel,  # type: ignore[arg-type,return-value]
+                self.channel,
                 self.settings.cluster,
                 self.services.reportable,
             )
@@ -455,7 +469,8 @@ class Agent:
                     await task
             await xds.stop(grace=0.5)
             await admin.stop()
-            await self._channel.close()
+            for channel in (*self._superseded, self._channel):
+                await channel.close()
             if kube_client is not None:
                 await kube_client.close()
             await self.state.close()

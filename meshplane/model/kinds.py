@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
-from meshplane.model.meta import Placement, check_name
+from meshplane.model.meta import Name, Placement, check_name
 
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
 _PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
@@ -80,6 +80,19 @@ class ClusterSpec(WireModel):
 
     description: str = ""
     east_west_gateway: EastWestGateway | None = None
+
+
+SERIAL_PATTERN = r"^(0|[1-9a-f][0-9a-f]{0,39})$"
+"""A certificate serial number as meshplane writes it: lower-case hex, no leading zeros (RFC 5280: at most 20 bytes)."""
+
+
+class CertificateRevocationSpec(WireModel):
+    """An agent certificate every server refuses from now on, whatever time it has left. The object's name
+    is the certificate's serial: revoking goes by certificate, so the cluster's re-issued one still works."""
+
+    cluster: Name
+    """The cluster the certificate was issued for."""
+    reason: str = Field(default="", max_length=200)
 
 
 class HttpMethod(StrEnum):

@@ -19,7 +19,7 @@ from meshplane.model.access import (
 )
 from meshplane.model.base import WireModel
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
-from meshplane.model.kinds import APISpec, ClusterSpec, ProjectSpec
+from meshplane.model.kinds import APISpec, CertificateRevocationSpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
 from meshplane.model.services import ServiceEndpointSpec
 from meshplane.model.status import ObjectStatus
@@ -182,6 +182,9 @@ REGISTRY = KindRegistry(
     [
         KindInfo("Project", "projects", Scope.CLUSTER, ProjectSpec),
         KindInfo("Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus),
+        KindInfo(
+            "CertificateRevocation", "certificaterevocations", Scope.CLUSTER, CertificateRevocationSpec, writable=False
+        ),
         KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API),
         KindInfo("LogicalCloud", "logicalclouds", Scope.PROJECT, LogicalCloudSpec),
         KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec, names=("LogicalCloud",)),

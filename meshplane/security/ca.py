@@ -6,8 +6,10 @@ as PEM files under `<data-dir>/pki/`:
     ca.crt  ca.key (0600)  server.crt  server.key (0600)  agents/<cluster>.crt  agents/<cluster>.key (0600)
 
 An agent's identity is its cluster: the URI SAN ``spiffe://meshplane/cluster/<name>`` (and CN = name).
-Existing files are always loaded, never replaced: a half-present or mismatched pair is an error that
-names the files, because silently minting a new CA would lock every issued agent out.
+Existing files are loaded, never replaced behind the operator's back: a half-present or mismatched pair
+is an error that names the files, because silently minting a new CA would lock every issued agent out.
+Leaf certificates are replaced only when asked to (`reissue_*`), each file atomically, so a process
+that reads them again on change never sees half a file.
 """
 
 from __future__ import annotations
@@ -233,11 +235,27 @@ def _load_key(path: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
+def load_pair(certificate: Path, key: Path) -> KeyPair:
+    """A certificate and its key from their files; PkiError when unreadable or not a pair."""
+    pair = KeyPair(load_certificate(certificate), _load_key(key))
+    if pair.certificate.public_key() != pair.key.public_key():
+        raise PkiError(f"{key} is not the key of {certificate}")
+    return pair
+
+
 def _write_new(path: Path, data: bytes, mode: int) -> None:
     """Create `path` with `mode`; never replaces an existing file."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as file:
         file.write(data)
+
+
+def _replace(path: Path, data: bytes, mode: int) -> None:
+    """Write `path` anew in one step: readers see the old file or the new one, never a part."""
+    partial = path.with_name(f".{path.name}.new")
+    partial.unlink(missing_ok=True)
+    _write_new(partial, data, mode)
+    os.replace(partial, path)
 
 
 def _store(pair: KeyPair, certificate: Path, key: Path) -> None:
@@ -284,10 +302,7 @@ class Pki:
         for present, absent in ((certificate, key), (key, certificate)):
             if present.exists() and not absent.exists():
                 raise PkiError(f"{present} exists but {absent} does not; restore it, or remove {present} to start over")
-        pair = KeyPair(load_certificate(certificate), _load_key(key))
-        if pair.certificate.public_key() != pair.key.public_key():
-            raise PkiError(f"{key} is not the key of {certificate}")
-        return pair
+        return load_pair(certificate, key)
 
     def ensure_ca(self, now: datetime | None = None) -> KeyPair:
         """The CA on disk, created on first use."""
@@ -332,6 +347,18 @@ class Pki:
         self._ensure_leaf(files, lambda ca: issue_server_certificate(ca, wanted, now), now)
         return files
 
+    def reissue_server(self, names: Iterable[str] = (), now: datetime | None = None) -> CertificateFiles:
+        """A new server certificate for `names` (plus localhost, 127.0.0.1) in place of the one on disk; a
+        running server presents it to new connections."""
+        files = self.server_files()
+        self._replace_leaf(files, issue_server_certificate(self.ensure_ca(now), names, now))
+        return files
+
+    def _replace_leaf(self, files: CertificateFiles, pair: KeyPair) -> None:
+        files.certificate.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _replace(files.key, pair.key_pem(), 0o600)
+        _replace(files.certificate, pair.certificate_pem(), 0o644)
+
     def missing_server_names(self, names: Iterable[str]) -> set[str]:
         """Which of `names` the server certificate on disk does not cover."""
         covered = server_names_of(load_certificate(self.server_files().certificate))
@@ -345,17 +372,34 @@ class Pki:
             raise PkiError(f"{files.certificate} does not name cluster {cluster!r}; remove it and its key to reissue")
         return files
 
-    def export_agent(self, cluster: str, out: Path, now: datetime | None = None) -> CertificateFiles:
+    def reissue_agent(
+        self, cluster: str, now: datetime | None = None
+    ) -> tuple[CertificateFiles, x509.Certificate | None]:
+        """A new certificate for `cluster` (a new serial) in place of the one on disk, and the one it replaced
+        (None if there was none), which still works until it expires or is revoked."""
+        files = self.agent_files(cluster)
+        ca = self.ensure_ca(now)
+        previous = load_certificate(files.certificate) if files.certificate.exists() else None
+        self._replace_leaf(files, issue_agent_certificate(ca, cluster, now))
+        return files, previous
+
+    def export_agent(
+        self, cluster: str, out: Path, now: datetime | None = None, *, renewed: bool = False
+    ) -> CertificateFiles:
         """Issue (or reuse) `cluster`'s certificate and copy it, its key and the CA into `out`.
 
-        A file already in `out` is left alone when it is identical and refused when it is not.
+        A file already in `out` is left alone when it is identical and refused when it is not, unless
+        `renewed`: then the certificate and key there are replaced (atomically, for an agent reading them).
         """
         source = self.ensure_agent(cluster, now)
         target = CertificateFiles(out / f"{cluster}.crt", out / f"{cluster}.key", out / "ca.crt")
         out.mkdir(mode=0o700, parents=True, exist_ok=True)
-        copies = ((source.certificate, target.certificate, 0o644), (source.key, target.key, 0o600))
+        copies = ((source.key, target.key, 0o600), (source.certificate, target.certificate, 0o644))
         for src, dst, mode in (*copies, (source.ca, target.ca, 0o644)):
             data = src.read_bytes()
+            if renewed and dst != target.ca:
+                _replace(dst, data, mode)
+                continue
             if dst.exists():
                 if dst.read_bytes() != data:
                     raise PkiError(f"{dst} exists and differs from {src}; remove it or choose another --out")

@@ -4,7 +4,8 @@ The server verifies every client certificate against its CA during the TLS hands
 (`require_client_auth`), so what gRPC reports in the auth context is already trusted; a call's
 identity is the cluster in its URI SAN (``spiffe://meshplane/cluster/<name>``). Only a server started
 with `--insecure` sees plaintext connections, which carry no identity: there the cluster a caller
-names is taken at its word.
+names is taken at its word. Whether a certificate is still good, not revoked, is checked in front of
+every call too (`revocation.RevocationCheck`).
 """
 
 from __future__ import annotations

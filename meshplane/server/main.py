@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import ssl
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
@@ -22,7 +23,13 @@ from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import CONNECTED_AGENTS
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.identity import ClusterIdentityInterceptor, authorize_cluster
-from meshplane.security.tls import INSECURE_WARNING, server_credentials
+from meshplane.security.revocation import RevocationCheck, RevokedCertificates
+from meshplane.security.tls import (
+    INSECURE_WARNING,
+    TlsConfigError,
+    keep_north_certificate_fresh,
+    server_credentials,
+)
 from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
@@ -37,6 +44,7 @@ from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
+from meshplane.server.revocations import revocations_router
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
 from meshplane.server.sync import ProjectionFeeder
@@ -152,6 +160,19 @@ def return_large_buffers() -> None:
     mallopt(_M_TRIM_THRESHOLD, _LARGE_BUFFER)
 
 
+def north_tls_context(config: uvicorn.Config) -> ssl.SSLContext:
+    """uvicorn's TLS context of the north API, made before anything starts: a file that does not load stops
+    the server naming it, and renewed files are loaded into this context later."""
+    try:
+        config.load()
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(
+            f"cannot serve the north API over HTTPS with {config.ssl_certfile} and {config.ssl_keyfile}: {exc}"
+        ) from None
+    assert config.ssl is not None
+    return config.ssl
+
+
 async def ensure_default_project(store: Store) -> None:
     """A fresh server has a `default` project, as a fresh Kubernetes has a `default` namespace."""
     if await store.current_revision() == 0:
@@ -199,7 +220,8 @@ async def run_server(
     await tokens.bootstrap(settings.data_dir / "admin-token", configured)
     cache = ResourceCache()
     projection = FleetProjection(cache)
-    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
+    revoked = RevokedCertificates()
+    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache), revoked=revoked)
     clusters = ClusterRegistry(store)
     leadership = Leadership(store)
     rollup = StatusRollup(store, projection, clusters, leadership)
@@ -209,7 +231,7 @@ async def run_server(
         interceptors=[
             MeasureCalls(),
             TraceUnaryHandlers(),
-            *([] if grpc_credentials is None else [ClusterIdentityInterceptor()]),
+            *([] if grpc_credentials is None else [RevocationCheck(revoked), ClusterIdentityInterceptor()]),
         ],
         options=keepalive_options(settings.keepalive_interval, settings.keepalive_timeout),
     )
@@ -241,9 +263,21 @@ async def run_server(
     )
     app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))
+    app.include_router(revocations_router(store))
     app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
-    http = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off"))
+    http_config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ssl_certfile=settings.http_tls_cert,
+        ssl_keyfile=settings.http_tls_key,
+    )
+    north_tls = north_tls_context(http_config) if settings.http_tls_cert is not None else None
+    http = uvicorn.Server(http_config)
     http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     feeder_task = asyncio.create_task(feeder.run(), name="projection-feeder")
@@ -254,12 +288,15 @@ async def run_server(
     if own_process:
         quiet_garbage_collector()
     await grpc_server.start()
-    http_task = asyncio.create_task(http.serve(), name="north-api")
     background = [
         asyncio.create_task(leadership.run(), name="leadership"),
         asyncio.create_task(rollup.run(), name="status-rollup"),
         asyncio.create_task(compactor.run(), name="compaction"),
     ]
+    if north_tls is not None and settings.http_tls_cert is not None and settings.http_tls_key is not None:
+        renewals = keep_north_certificate_fresh(north_tls, settings.http_tls_cert, settings.http_tls_key)
+        background.append(asyncio.create_task(renewals, name="north-certificate"))
+    http_task = asyncio.create_task(http.serve(), name="north-api")
     log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
     try:
         done, _ = await asyncio.wait(

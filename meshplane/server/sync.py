@@ -1,4 +1,5 @@
-"""Keeps the fleet projection equal to the store: load a snapshot, then tail the event log."""
+"""Keeps the fleet projection equal to the store: load a snapshot, then tail the event log; and with it the
+revoked agent certificates, so that every replica refuses one as soon as it sees any other change."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from meshplane.model.registry import REGISTRY
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
+from meshplane.security.revocation import REVOCATION_KIND, RevokedCertificates
 from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.store.errors import Compacted
@@ -18,7 +20,9 @@ log = get_logger("meshplane.server.sync")
 
 _BATCH = 1000
 """Events read per pass; a full batch means more are waiting, so the next is read at once."""
-_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *RENDERED_FROM]
+_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *RENDERED_FROM, REVOCATION_KIND]
+_PROJECTED_ELSEWHERE = {"Cluster", REVOCATION_KIND, *RENDERED_FROM}
+"""Watched kinds that are not delivered objects of the projection."""
 
 
 class ProjectionFeeder:
@@ -29,11 +33,17 @@ class ProjectionFeeder:
     """
 
     def __init__(
-        self, store: Store, projection: FleetProjection, manifests: ManifestProjection, poll_interval: float = 1.0
+        self,
+        store: Store,
+        projection: FleetProjection,
+        manifests: ManifestProjection,
+        poll_interval: float = 1.0,
+        revoked: RevokedCertificates | None = None,
     ):
         self.store = store
         self.projection = projection
         self.manifests = manifests
+        self.revoked = revoked if revoked is not None else RevokedCertificates()
         self.poll_interval = poll_interval
         self.ready = asyncio.Event()
         self.revision = 0
@@ -53,11 +63,12 @@ class ProjectionFeeder:
         clusters = [o for o in objects if o.kind == "Cluster"]
         self.manifests.reset(o for o in objects if o.kind == "Cluster" or o.kind in RENDERED_FROM)
         self.manifests.flush()
-        delivered = [o for o in objects if o.kind != "Cluster" and o.kind not in RENDERED_FROM]
+        self.revoked.reset(o.name for o in objects if o.kind == REVOCATION_KIND)
+        delivered = [o for o in objects if o.kind not in _PROJECTED_ELSEWHERE]
         self.projection.reset(delivered, clusters, traces)
         self._advance(revision)
         self.ready.set()
-        log.info("projection loaded", revision=revision, objects=len(objects) - len(clusters), clusters=len(clusters))
+        log.info("projection loaded", revision=revision, objects=len(delivered), clusters=len(clusters))
 
     async def _tail(self) -> None:
         while True:
@@ -86,6 +97,12 @@ class ProjectionFeeder:
         for key, trace in changes.items():
             kind, _, name = key
             stored = current.get(key)
+            if kind == REVOCATION_KIND:
+                if stored is None:
+                    self.revoked.forget(name)
+                else:
+                    self.revoked.revoke(name)
+                continue
             if kind == "Cluster" or kind in RENDERED_FROM:
                 if stored is None:
                     self.manifests.remove(key)

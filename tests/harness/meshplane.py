@@ -7,6 +7,8 @@ agent gets a certificate for its cluster from that CA. `insecure=True` runs both
 from __future__ import annotations
 
 import contextlib
+import shutil
+import ssl
 import sys
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -17,14 +19,15 @@ import grpc
 import httpx
 
 from meshplane.security.ca import CertificateFiles, Pki
+from tests.harness.metrics import Scrape
 from tests.harness.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, trust: ssl.SSLContext | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2, context=trust) as response:
             return response.status == 200
     except OSError:
         return False
@@ -37,10 +40,15 @@ class ServerProcess:
     grpc_port: int
     data_dir: Path
     insecure: bool = False
+    https: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.https else 'http'}://127.0.0.1:{self.http_port}"
+
+    def trust(self) -> ssl.SSLContext | None:
+        """What verifies the north API's certificate when it serves HTTPS: the server's own CA."""
+        return ssl.create_default_context(cafile=self.pki.ca_certificate) if self.https else None
 
     @property
     def grpc_address(self) -> str:
@@ -62,11 +70,17 @@ class ServerProcess:
     @property
     def cli_env(self) -> dict[str, str]:
         """What a `meshplane` CLI run needs to reach this server as its admin."""
-        return {"MESHPLANE_SERVER": self.url, "MESHPLANE_TOKEN": self.token}
+        trust = {"MESHPLANE_CACERT": str(self.pki.ca_certificate)} if self.https else {}
+        return {"MESHPLANE_SERVER": self.url, "MESHPLANE_TOKEN": self.token, **trust}
 
     def http(self, timeout: float | httpx.Timeout = 10.0) -> httpx.Client:
         """A client of the north API, signed in as the admin."""
-        return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout)
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout, verify=self.trust() or True)
+
+    def scrape(self) -> Scrape:
+        """The server's Prometheus metrics, read from the north API."""
+        with self.http() as http:
+            return Scrape(http.get("/metrics").raise_for_status().text)
 
     def bearer(self, role: str, project: str | None = None) -> dict[str, str]:
         """Headers of a new token of `role`, bound to `project` (None: every project), issued by the admin."""
@@ -122,15 +136,30 @@ def run_server(
     ports: tuple[int, int] | None = None,
     insecure: bool = False,
     env: dict[str, str] | None = None,
+    https: bool = False,
 ) -> Iterator[ServerProcess]:
     """A management server, its data (and CA) in tmp_path/<name>; `ports` (http, grpc) lets a test
-    restart it where agents expect it; `env` sets MESHPLANE_* settings that have no flag."""
+    restart it where agents expect it; `env` sets MESHPLANE_* settings that have no flag. With `https`,
+    the north API serves HTTPS with the server's own certificate (as `meshplane certs init` leaves it)."""
     http_port, grpc_port = ports or (free_port(), free_port())
     argv = server_argv(tmp_path / name, http_port, grpc_port, database_url, insecure)
+    if https:
+        files = Pki.of_data_dir(tmp_path / name).ensure_server()
+        argv += ["--http-tls-cert", str(files.certificate), "--http-tls-key", str(files.key)]
     with running(argv, tmp_path / f"{name}.log", env) as process:
-        server = ServerProcess(process, http_port, grpc_port, tmp_path / name, insecure)
-        process.wait_ready(lambda: _http_ok(f"{server.url}/readyz"), 30.0, "the server to be ready")
+        server = ServerProcess(process, http_port, grpc_port, tmp_path / name, insecure, https)
+        process.wait_ready(lambda: _http_ok(f"{server.url}/readyz", server.trust()), 30.0, "the server to be ready")
         yield server
+
+
+@contextlib.contextmanager
+def run_replica(tmp_path: Path, first: ServerProcess, database_url: str, name: str) -> Iterator[ServerProcess]:
+    """Another replica of `first` on the same PostgreSQL store, with `first`'s CA and admin token, as
+    replicas share one Secret in a cluster (only the first replica writes a token)."""
+    shutil.copytree(first.data_dir / "pki", tmp_path / name / "pki")
+    shutil.copy(first.data_dir / "admin-token", tmp_path / name / "admin-token")
+    with run_server(tmp_path, database_url, name=name, https=first.https) as replica:
+        yield replica
 
 
 def agent_tls_argv(files: CertificateFiles) -> list[str]:

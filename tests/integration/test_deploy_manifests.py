@@ -152,12 +152,16 @@ def test_the_server_runs_replicated_on_postgresql_with_tls_from_secrets() -> Non
     env = {item["name"]: item for item in container["env"]}
     assert env["MESHPLANE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "meshplane-database", "key": "url"}
     assert {port["containerPort"] for port in container["ports"]} == {8080, 18000}
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"]["path"] == path
+        assert container[probe]["httpGet"]["scheme"] == "HTTPS", f"{probe}: the north API serves HTTPS only"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["runAsNonRoot"] is True
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "meshplane-server-tls"
+    assert volumes["north-tls"]["secret"]["secretName"] == "meshplane-north-tls"
+    service = find("server", "Service", "meshplane-server")
+    assert {port["name"]: port.get("appProtocol") for port in service["spec"]["ports"]}["https"] == "https"
     assert volumes["config"]["configMap"]["name"] == "meshplane-server"
     pdb = find("server", "PodDisruptionBudget", "meshplane-server")
     assert (
@@ -189,6 +193,10 @@ def test_the_settings_files_in_the_configmaps_load(
     tls_mount = next(path for path, mount in mounts.items() if mount["name"] == "tls")
     for tls_file in (loaded.tls_cert, loaded.tls_key, loaded.tls_ca):
         assert str(tls_file).startswith(tls_mount + "/")
+    if directory == "server":
+        north_mount = next(path for path, mount in mounts.items() if mount["name"] == "north-tls")
+        for tls_file in (loaded.http_tls_cert, loaded.http_tls_key):
+            assert str(tls_file).startswith(north_mount + "/"), "the north API serves HTTPS from its Secret"
     assert mounts[f"/etc/meshplane/{key}"]["subPath"] == key
     listen = [loaded.http_address, loaded.grpc_address] if directory == "server" else [loaded.xds_address]
     assert all(address.startswith("0.0.0.0:") for address in listen)

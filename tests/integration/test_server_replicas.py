@@ -3,24 +3,12 @@ background work (status roll-up) moves to a surviving replica when the leader di
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.postgres import PostgresServer
 from tests.harness.races import race_puts, rival_apis
-
-
-@pytest.fixture
-def shared_database(postgres_server: PostgresServer) -> Iterator[str]:
-    url = asyncio.run(postgres_server.create_database())
-    yield url
-    asyncio.run(postgres_server.drop_database(url))
 
 
 def put_api(server: ServerProcess, name: str, cluster: str, port: int = 9001) -> None:

@@ -54,7 +54,12 @@ def test_every_kind_has_a_lower_case_plural_and_a_scope() -> None:
         assert info.plural.startswith(info.kind.lower().removesuffix("y"))
         assert REGISTRY.resolve(info.plural) is info
 
-    assert [info.kind for info in REGISTRY if not info.namespaced] == ["Project", "Cluster", "KeySet"]
+    assert [info.kind for info in REGISTRY if not info.namespaced] == [
+        "Project",
+        "Cluster",
+        "CertificateRevocation",
+        "KeySet",
+    ]
 
 
 def test_only_delivered_kinds_have_a_type_url() -> None:
