@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
-from meshplane.model.meta import Placement, check_name
+from meshplane.model.meta import Name, Placement, check_name
 
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
 _PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
@@ -75,11 +75,19 @@ class EastWestGateway(WireModel):
     port: Port
 
 
+class ClusterPublish(WireModel):
+    """What the objects made in a cluster (API CRs) may become at the control plane: an admin's grant."""
+
+    projects: list[Name] = Field(default_factory=list)
+    """The projects the cluster may publish into; empty (the default): it publishes nothing."""
+
+
 class ClusterSpec(WireModel):
     """A data-plane cluster; its labels (in metadata) drive placement."""
 
     description: str = ""
     east_west_gateway: EastWestGateway | None = None
+    publish: ClusterPublish = Field(default_factory=ClusterPublish)
 
 
 class HttpMethod(StrEnum):
