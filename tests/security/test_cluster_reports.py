@@ -21,6 +21,7 @@ from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from tests.harness.meshplane import ServerProcess, run_server
+from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -377,3 +378,21 @@ def test_the_cluster_spec_documents_what_it_may_publish(rest: httpx.Client) -> N
     schema = rest.get("/openapi.json").json()["components"]["schemas"]
     publish = schema["ClusterSpec"]["properties"]["publish"]
     assert "projects" in schema[publish["$ref"].rsplit("/", 1)[-1]]["properties"]
+
+
+def test_meshplane_adopt_makes_a_cluster_api_the_control_planes(
+    server: ServerProcess, rest: httpx.Client, clusters: tuple[str, str, str]
+) -> None:
+    a, b, project = clusters
+    name = unique("orders")
+    assert report(server, a, local("API", project, name, api_spec(f"/{name}")))[0] == OK
+
+    adopted = meshplane("adopt", "api", name, "-p", project, "--cluster", b, server=server)
+    again = meshplane("adopt", "api", name, "-p", project, server=server)
+
+    assert adopted.returncode == 0, adopted.stderr
+    assert adopted.stdout.strip() == f"apis/{name} -p {project} adopted"
+    shown = rest.get(f"/v1/projects/{project}/apis/{name}").json()
+    assert "origin" not in shown["metadata"] and shown["spec"]["placement"] == {"clusters": [b]}
+    assert again.returncode == 1
+    assert "409" in again.stderr and "nothing to adopt" in again.stderr
