@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
-from meshplane.model.meta import Placement
+from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
 from meshplane.model.wire import resource_name, to_message
@@ -260,6 +260,10 @@ class FleetProjection:
     def _deliver(stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
         info = REGISTRY.get(stored.kind)
         if not info.delivered or stored.deleted:
+            return None
+        if origin_cluster(stored.origin) is not None and not info.cluster_made:
+            # Only a store written before clusters were held to their kinds can hold one: it goes nowhere.
+            log.error("a cluster made an object of a kind clusters do not make; not delivered", kind=stored.kind)
             return None
         try:
             return deliver(info, stored, trace)
