@@ -9,7 +9,6 @@ another origin, the cluster's reports change nothing of it.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import grpc
@@ -40,6 +39,9 @@ _PROBLEM_CODES = {
 }
 """REST refusals of a report, as its answer: a missing project or a route clash is the store's state, not the
 report's fault, and nothing but a change there makes it pass; any other is the report's."""
+
+
+WITHDRAW_ATTEMPTS = 5
 
 
 class ClusterObjects:
@@ -96,15 +98,25 @@ class ClusterObjects:
         return info
 
     async def _withdraw(self, info: KindInfo, local: control_plane_pb2.LocalObject, origin: str) -> None:
-        """The cluster's object is gone there: gone here too, unless it is no longer the cluster's."""
-        try:
-            current = await self.store.get(info.kind, local.project, local.name)
-        except NotFound:
-            return
-        if current.origin != origin:
-            return
-        with contextlib.suppress(NotFound, Conflict):  # changed meanwhile (adopted, say): not the cluster's now
-            await self.objects.delete(info, local.project, local.name, if_match=str(current.revision))
+        """The cluster's object is gone there: gone here too, unless it is no longer the cluster's. Deleted at
+        the revision it was seen the cluster's at; a status write in between only means looking again."""
+        for _ in range(WITHDRAW_ATTEMPTS):
+            try:
+                current = await self.store.get(info.kind, local.project, local.name)
+            except NotFound:
+                return
+            if current.origin != origin:
+                return
+            try:
+                await self.objects.delete(info, local.project, local.name, if_match=str(current.revision))
+                return
+            except NotFound:
+                return
+            except Conflict:
+                continue
+        raise ReportRefused(
+            grpc.StatusCode.ABORTED, "busy", f"{info.kind} {local.project}/{local.name} kept changing; report again"
+        )
 
 
 def _document(info: KindInfo, local: control_plane_pb2.LocalObject) -> dict[str, Any]:
