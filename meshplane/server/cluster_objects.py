@@ -53,6 +53,10 @@ class ClusterObjects:
         """Publish, change or withdraw one object `cluster` made, or raise ReportRefused saying why not."""
         info = self._publishable_kind(local)
         where = f"{info.kind} {local.project}/{local.name}"
+        origin = cluster_origin(cluster)
+        if local.deleted:  # withdrawing its own needs no right it may since have lost
+            await self._withdraw(info, local, origin)
+            return
         if local.project not in await self.publishable_projects(cluster):
             raise ReportRefused(
                 grpc.StatusCode.PERMISSION_DENIED,
@@ -60,10 +64,6 @@ class ClusterObjects:
                 f"{where}: cluster {cluster} may not publish into project {local.project!r} (an admin allows it "
                 "in the Cluster's spec.publish.projects)",
             )
-        origin = cluster_origin(cluster)
-        if local.deleted:
-            await self._withdraw(info, local, origin)
-            return
         try:
             await self.objects.put(info, local.project, local.name, _document(info, local), origin=origin)
         except InvalidObject as exc:
@@ -110,7 +110,7 @@ class ClusterObjects:
             try:
                 await self.objects.delete(info, local.project, local.name, if_match=str(current.revision))
                 return
-            except NotFound:
+            except (NotFound, Problem):  # gone meanwhile, with its project or alone
                 return
             except Conflict:
                 continue

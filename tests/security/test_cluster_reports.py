@@ -265,6 +265,22 @@ def test_a_cluster_api_is_kept_with_its_origin_and_placed_on_no_other_cluster(
     assert rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 404
 
 
+def test_a_cluster_withdraws_its_api_even_after_losing_the_right_to_publish(
+    server: ServerProcess, rest: httpx.Client, clusters: tuple[str, str, str]
+) -> None:
+    a, _, project = clusters
+    name = unique("orders")
+    assert report(server, a, local("API", project, name, api_spec(f"/{name}")))[0] == OK
+    server.allow_publishing(a)
+
+    changed, _ = report(server, a, local("API", project, name, api_spec(f"/{name}-v2")))
+    withdrawn, details = report(server, a, local("API", project, name, {}, deleted=True))
+
+    assert changed == grpc.StatusCode.PERMISSION_DENIED
+    assert withdrawn == OK, details
+    assert rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 404
+
+
 def test_a_cluster_cannot_overwrite_or_delete_a_control_plane_api(
     server: ServerProcess, rest: httpx.Client, clusters: tuple[str, str, str]
 ) -> None:
