@@ -520,6 +520,32 @@ def delete(
     )
 
 
+@app.command()
+def adopt(
+    kind: Annotated[str, typer.Argument(help="kind or plural (a kind clusters make: api)", show_default=False)],
+    name: Annotated[str, typer.Argument(show_default=False)],
+    cluster: Annotated[
+        list[str] | None,
+        typer.Option("--cluster", help="place it on this cluster (repeatable) [where its spec's placement asks]"),
+    ] = None,
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """Adopt an object a cluster made (admins only): it becomes the control plane's, placed where its spec
+    asks or on the --cluster given, and its cluster's reports no longer change it."""
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.adopt(kind, name, project, cluster),
+        lambda adopted: out.print(
+            f"{object_label(adopted['kind'], name, adopted['metadata'].get('project'))} adopted", highlight=False
+        ),
+    )
+
+
 def _delete_file(
     file: str, ignore_not_found: bool, project: str, server: str, token: str | None, cacert: Path | None
 ) -> None:

@@ -207,6 +207,15 @@ class MeshplaneClient:
     async def delete_at(self, target: Target) -> dict[str, Any]:
         return (await self._call("DELETE", object_path(target.info, target.project, target.name))).json()
 
+    async def adopt(
+        self, kind: str, name: str, project: str | None = None, clusters: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Make an object a cluster made the control plane's: placed on `clusters`, or where its spec asks."""
+        info = REGISTRY.resolve(kind)
+        body = {"placement": {"clusters": clusters}} if clusters else {}
+        path = f"{object_path(info, project if info.namespaced else None, name)}/adopt"
+        return (await self._call("POST", path, json=body)).json()
+
     async def issue_key(
         self, application: str, project: str, expires_in: str | None = None, key: str | None = None
     ) -> dict[str, Any]:

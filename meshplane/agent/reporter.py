@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -20,8 +20,17 @@ from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
 log = get_logger("meshplane.agent.reporter")
 
-# Answers that no retry can change: the report itself is wrong, so keeping it would block the queue.
-REFUSED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
+# Answers that no retry can change: the report itself is wrong, or not the cluster's to make, so keeping it
+# would block the queue.
+REFUSED = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.ALREADY_EXISTS,
+}
+
+ObjectsRefused = Callable[[list[control_plane_pb2.LocalObject], str], Awaitable[None]]
+"""Told of the objects of a report the server refused, with its reason."""
 
 # Queued bodies are serialized requests: a ReportStatusRequest as is, a ReportObjectsRequest behind this
 # tag (no protobuf message starts with a zero byte, field number 0 being invalid).
@@ -29,10 +38,17 @@ _OBJECTS_TAG = b"\x00objects\x00"
 
 
 class Reporter:
-    def __init__(self, state: LocalState, channel: Callable[[], grpc.aio.Channel], cluster: str):
+    def __init__(
+        self,
+        state: LocalState,
+        channel: Callable[[], grpc.aio.Channel],
+        cluster: str,
+        objects_refused: ObjectsRefused | None = None,
+    ):
         self.state = state
         self.channel = channel
         self.cluster = cluster
+        self.objects_refused = objects_refused
         self.wake = asyncio.Event()
 
     async def report_status(self, deliveries: list[control_plane_pb2.ObjectDelivery]) -> None:
@@ -60,9 +76,11 @@ class Reporter:
                 await self.wake.wait()
                 continue
             stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
+            objects = None
             try:
                 for seq, body in pending:
                     key = f"{self.cluster}/{self.state.instance}/{seq}"
+                    objects = None
                     if body.startswith(_OBJECTS_TAG):
                         objects = control_plane_pb2.ReportObjectsRequest.FromString(body[len(_OBJECTS_TAG) :])
                         objects.idempotency_key = key
@@ -77,6 +95,8 @@ class Reporter:
                 if exc.code() in REFUSED:
                     log.error("server refused a report; dropped", code=exc.code().name, detail=exc.details())
                     await self.state.drop_report(seq)
+                    if objects is not None and self.objects_refused is not None:
+                        await self.objects_refused(list(objects.objects), exc.details() or exc.code().name)
                     continue
                 log.warning("report not accepted yet; kept", code=exc.code().name, retry_in=round(delay, 2))
                 with contextlib.suppress(TimeoutError):

@@ -399,6 +399,7 @@ class Agent:
                 known_local=self._own_apis,
                 is_delivered=lambda key: key in self._kube_desired(),
             )
+            self.reporter.objects_refused = self.operator.refused
             self.services = ServiceWatch(
                 kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
             )

@@ -75,11 +75,19 @@ class EastWestGateway(WireModel):
     port: Port
 
 
+class ClusterPublish(WireModel):
+    """What the objects made in a cluster (API CRs) may become at the control plane: an admin's grant."""
+
+    projects: list[Name] = Field(default_factory=list)
+    """The projects the cluster may publish into; empty (the default): it publishes nothing."""
+
+
 class ClusterSpec(WireModel):
     """A data-plane cluster; its labels (in metadata) drive placement."""
 
     description: str = ""
     east_west_gateway: EastWestGateway | None = None
+    publish: ClusterPublish = Field(default_factory=ClusterPublish)
 
 
 SERIAL_PATTERN = r"^(0|[1-9a-f][0-9a-f]{0,39})$"

@@ -37,6 +37,20 @@ def _check_labels(labels: dict[str, str]) -> dict[str, str]:
 Name = Annotated[str, AfterValidator(check_name)]
 Labels = Annotated[dict[str, str], AfterValidator(_check_labels)]
 
+_CLUSTER_ORIGIN = "cluster/"
+
+
+def cluster_origin(cluster: str) -> str:
+    """The origin of what a cluster made: `cluster/<name>`."""
+    return f"{_CLUSTER_ORIGIN}{cluster}"
+
+
+def origin_cluster(origin: str | None) -> str | None:
+    """The cluster that made an object of this origin; None for the control plane's own objects."""
+    if origin is None or not origin.startswith(_CLUSTER_ORIGIN):
+        return None
+    return origin.removeprefix(_CLUSTER_ORIGIN)
+
 
 class ObjectMeta(WireModel):
     """Kubernetes-shaped metadata; the server owns every field but name, project, labels, annotations."""

@@ -75,6 +75,9 @@ class KindInfo:
     exposed: bool = True
     """False for kinds neither REST nor the watch serve (credential records: their own endpoints show
     what may be shown of them)."""
+    cluster_made: bool = False
+    """True for kinds a data-plane cluster makes itself (CRs of its own) and may report up to be published;
+    no other kind is ever taken from a cluster."""
     names: tuple[str, ...] = ()
     """Kinds whose objects this kind's objects name and must find stored when written (a project-scoped
     object also needs its project): what `meshplane apply` stores first."""
@@ -142,6 +145,9 @@ class KindRegistry:
     def delivered(self) -> list[KindInfo]:
         return [k for k in self if k.delivered]
 
+    def cluster_made(self) -> list[KindInfo]:
+        return [k for k in self if k.cluster_made]
+
     def parse(self, doc: Mapping[str, Any]) -> Resource:
         """Validate a user document (from YAML or JSON) into its kind's model.
 
@@ -185,7 +191,7 @@ REGISTRY = KindRegistry(
         KindInfo(
             "CertificateRevocation", "certificaterevocations", Scope.CLUSTER, CertificateRevocationSpec, writable=False
         ),
-        KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API),
+        KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API, cluster_made=True),
         KindInfo("LogicalCloud", "logicalclouds", Scope.PROJECT, LogicalCloudSpec),
         KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec, names=("LogicalCloud",)),
         KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec, names=("LogicalCloud",)),

@@ -45,6 +45,12 @@ DELIVERY_LAG_REVISIONS = Gauge(
 DELIVERY_LAG_SECONDS = Gauge(
     "meshplane_cluster_delivery_lag_seconds", "Age of the oldest change a cluster has not applied", ["cluster"]
 )
+REPORTS_REFUSED = Counter(
+    "meshplane_reports_refused_total",
+    "Objects and services a cluster reported that the server refused or left alone, by why "
+    "(kind, project, invalid, clash, owned)",
+    ["cluster", "reason"],
+)
 AGENT_UPDATES = Counter("meshplane_agent_updates_total", "Delta updates the agent received from the server", ["result"])
 GATEWAY_PUBLISHES = Counter(
     "meshplane_agent_gateway_publishes_total",

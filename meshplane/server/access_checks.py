@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
 from meshplane.model.kinds import APISpec
-from meshplane.model.meta import Placement
+from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
-from meshplane.server.placement import placed_clusters
+from meshplane.server.placement import placed_clusters, served_placement
 from meshplane.server.problems import Problem
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
@@ -131,14 +131,15 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
 async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> int:
     me = (resource.metadata.project or "", resource.metadata.name)
     clusters, apis, revision = await catalog(spec) if catalog is not None else await _stored_apis(store)
-    mine = placed_clusters(spec.placement, clusters)
+    served = served_placement(spec.placement, resource.metadata.origin)
+    mine = placed_clusters(served, clusters)
     others: list[tuple[str | None, APISpec]] = []
     for project, name, other in apis:
         base_path, hostnames = _routing_of(other)
         if (project, name) == me or not _may_meet(spec, base_path, hostnames):
             continue
         other_spec = other if isinstance(other, APISpec) else APISpec.model_validate(other)
-        if _meet(spec.placement, mine, other_spec.placement, clusters):
+        if _meet(served, mine, other_spec.placement, clusters):
             others.append((f"{project}/{name}" if project == me[0] else None, other_spec))
     found = first_clash(spec, others)
     if found is not None:
@@ -151,7 +152,15 @@ async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, cat
 async def _stored_apis(store: Store) -> KnownApis:
     clusters, _ = await store.list("Cluster")
     apis, revision = await store.list("API")
-    return KnownApis({c.name: c.labels for c in clusters}, [(o.project, o.name, o.spec) for o in apis], revision)
+    known = [(o.project, o.name, _served_spec(o)) for o in apis]
+    return KnownApis({c.name: c.labels for c in clusters}, known, revision)
+
+
+def _served_spec(stored: StoredObject) -> Mapping[str, Any]:
+    """A stored API with the placement it is served by (see `served_placement`), still in its stored form."""
+    if origin_cluster(stored.origin) is None:
+        return stored.spec
+    return {**stored.spec, "placement": served_placement(Placement(), stored.origin).to_wire()}
 
 
 def _routing_of(spec: APISpec | Mapping[str, Any]) -> tuple[str, list[str]]:

@@ -3,14 +3,15 @@
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Path, Query, Request, Response
 from pydantic import BaseModel, create_model
 
-from meshplane.model.meta import parse_label_selector
+from meshplane.model.base import WireModel
+from meshplane.model.meta import Placement, parse_label_selector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import API_VERSION, FieldError, Resource
 from meshplane.server.auth.guard import Caller
-from meshplane.server.auth.principal import require_project, require_write
+from meshplane.server.auth.principal import Role, require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem, ProblemDetail, problem_responses
 from meshplane.server.visibility import as_seen_by
@@ -77,6 +78,8 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     Project = Annotated[str | None, _project_dependency(info)]
     if info.writable:
         _write_routes(router, info, service, base, item, opts)
+    if info.cluster_made:
+        _adopt_route(router, info, service, item, opts)
 
     @router.get(item, summary=f"Read a {info.kind}", responses=problem_responses(404), **opts)
     async def read(response: Response, name: str, project: Project, principal: Caller) -> Resource:
@@ -149,6 +152,33 @@ def _write_routes(
     @router.delete(item, summary=f"Delete a {info.kind}", responses=problem_responses(403, 404, 409), **opts)
     async def delete(name: str, project: Project, if_match: IfMatch = None) -> Resource:
         return await service.delete(info, project, name, if_match)
+
+
+class AdoptRequest(WireModel):
+    placement: Placement | None = None
+    """Where the adopted object goes; absent: where its spec asks to go."""
+
+
+def _adopt_route(router: APIRouter, info: KindInfo, service: ObjectService, item: str, opts: dict[str, Any]) -> None:
+    """`POST .../{name}/adopt`: an admin makes an object its cluster made the control plane's."""
+
+    @router.post(
+        f"{item}/adopt",
+        summary=f"Adopt a {info.kind} a cluster made: it becomes the control plane's, with a placement",
+        responses=problem_responses(403, 404, 409, body=True),
+        **opts,
+    )
+    async def adopt(
+        response: Response,
+        name: str,
+        project: Annotated[str | None, _project_dependency(info)],
+        principal: Caller,
+        body: Annotated[AdoptRequest | None, Body()] = None,
+    ) -> Resource:
+        if principal.role is not Role.ADMIN:
+            raise Problem(403, f"only an admin may adopt a {info.kind} a cluster made")
+        placement = body.placement if body is not None else None
+        return _with_etag(response, await service.adopt(info, project, name, placement))
 
 
 def install_object_routes(app: FastAPI, service: ObjectService) -> None:

@@ -9,18 +9,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import grpc
-from google.protobuf import json_format
 
 from meshplane.model.meta import check_name
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
 from meshplane.model.status import DeliveryState
-from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
-from meshplane.observability.tracing import current_carrier
+from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.server.cluster_objects import ClusterObjects, ReportRefused
+from meshplane.server.objects import ObjectService
 from meshplane.server.service_catalog import apply_report
-from meshplane.store.errors import AlreadyExists, NotFound
+from meshplane.store.errors import AlreadyExists
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 
@@ -114,10 +114,18 @@ def delivery_of(cluster: str, entry: control_plane_pb2.ObjectDelivery, at: datet
 
 
 class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
-    def __init__(self, clusters: ClusterRegistry, reported: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        clusters: ClusterRegistry,
+        reported: Callable[[], None] = lambda: None,
+        objects: ObjectService | None = None,
+    ):
+        """`objects`: how reported objects are written (with the API catalog REST writes use, so a route check
+        weighs the same APIs whichever door a write came in by)."""
         self.clusters = clusters
         self.store = clusters.store
         self.reported = reported
+        self.cluster_objects = ClusterObjects(objects or ObjectService(self.store))
 
     async def _check_cluster(self, cluster: str, context: grpc.aio.ServicerContext) -> None:
         try:
@@ -150,15 +158,16 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
     async def ReportObjects(
         self, request: control_plane_pb2.ReportObjectsRequest, context: grpc.aio.ServicerContext
     ) -> control_plane_pb2.ReportResponse:
-        """Objects made in the cluster are kept with origin `cluster/<name>`; an object the control plane
-        owns, or another cluster made, is never overwritten by a report."""
+        """Objects made in the cluster, published as far as the cluster may (see cluster_objects); the first one
+        refused ends the call with its status, the ones before it kept."""
         await self._check_cluster(request.cluster, context)
-        origin = f"cluster/{request.cluster}"
         for local in request.objects:
             try:
-                await self._keep_local_object(local, origin)
-            except InvalidObject as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{local.kind} {local.name}: {exc}")
+                await self.cluster_objects.keep(request.cluster, local)
+            except ReportRefused as exc:
+                REPORTS_REFUSED.labels(request.cluster, exc.reason).inc()
+                log.warning("reported object refused", cluster=request.cluster, reason=exc.reason, error=str(exc))
+                await context.abort(exc.code, str(exc))
         if request.idempotency_key:
             await self.store.claim_idempotency_key(request.idempotency_key)
         return control_plane_pb2.ReportResponse()
@@ -175,30 +184,3 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"service report: {exc}")
         first = await self.store.claim_idempotency_key(request.idempotency_key) if request.idempotency_key else True
         return control_plane_pb2.ReportResponse(duplicate=not first)
-
-    async def _keep_local_object(self, local: control_plane_pb2.LocalObject, origin: str) -> None:
-        info = REGISTRY.resolve(local.kind)
-        project = local.project if info.namespaced else ""
-        try:
-            current = await self.store.get(info.kind, project, local.name)
-        except NotFound:
-            current = None
-        if current is not None and current.origin != origin:
-            log.warning("local object shadows one owned elsewhere; not stored", kind=info.kind, name=local.name)
-            return
-        if local.deleted:
-            if current is not None:
-                await self.store.delete(info.kind, project, local.name)
-            return
-        metadata = {"name": local.name, "labels": dict(local.labels), **({"project": project} if project else {})}
-        spec = json_format.MessageToDict(local.spec)
-        resource = REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": integral(spec)})
-        await self.store.put(
-            info.kind,
-            project,
-            local.name,
-            spec=resource.spec.to_wire(),
-            labels=resource.metadata.labels,
-            origin=origin,
-            trace_context=current_carrier(),
-        )

@@ -245,8 +245,9 @@ async def run_server(
         ),
         grpc_server,
     )
+    api_catalog = current_api_catalog(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, rollup.wake.set), grpc_server
+        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_catalog)), grpc_server
     )
     if grpc_credentials is None:
         grpc_server.add_insecure_port(settings.grpc_address)
@@ -259,7 +260,7 @@ async def run_server(
         authenticator=authenticator_for(settings, tokens),
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
-        api_catalog=current_api_catalog(feeder, projection),
+        api_catalog=api_catalog,
     )
     app.include_router(tokens_router(tokens))
     app.include_router(cluster_resources_router(projection))

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from opentelemetry.trace import Span
 
-from meshplane.model.meta import LabelSelector
+from meshplane.model.meta import LabelSelector, Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.observability.tracing import current_carrier, tracer
@@ -31,7 +31,7 @@ from meshplane.server.intent_checks import check_intent, collides_with_intent_cl
 from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
 from meshplane.store.batch import Fence
-from meshplane.store.errors import NotFound, Overtaken
+from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
@@ -95,9 +95,21 @@ def _written(resource: Resource, project: str | None) -> dict[str, Any]:
         "spec": resource.spec.to_wire(),
         "labels": meta.labels,
         "annotations": meta.annotations,
+        "origin": meta.origin,
         "trace_context": current_carrier(),
         "within": within + referenced(resource),
     }
+
+
+@contextmanager
+def _owned_here(origin: str | None) -> Iterator[None]:
+    """A control-plane write refused because a cluster made the object says how to make it the control plane's."""
+    try:
+        yield
+    except OwnedElsewhere as exc:
+        if origin is None and origin_cluster(exc.owner) is not None:
+            raise Problem(409, f"{exc}; an admin who adopts it (meshplane adopt) can change it here") from None
+        raise
 
 
 def _missing_project(project: str) -> Problem:
@@ -176,8 +188,16 @@ class ObjectService:
                 await self.require_project(project)
             raise
 
-    def validate(self, info: KindInfo, project: str | None, name: str | None, doc: Mapping[str, Any]) -> Resource:
-        """Check a document against its kind and against where it was sent (path project and name)."""
+    def validate(
+        self,
+        info: KindInfo,
+        project: str | None,
+        name: str | None,
+        doc: Mapping[str, Any],
+        origin: str | None = None,
+    ) -> Resource:
+        """Check a document against its kind and against where it was sent (path project and name). Its origin
+        is the writer's (`origin`: a cluster's report; None: the control plane), never what the body says."""
         if not isinstance(doc, Mapping):
             raise InvalidObject([FieldError(path="", message="the body must be a JSON object")])
         body = dict(doc)
@@ -195,6 +215,7 @@ class ObjectService:
                 metadata.setdefault("name", name)
             if project is not None:
                 metadata.setdefault("project", project)
+            metadata["origin"] = origin
             body["metadata"] = metadata
         resource = REGISTRY.parse(body)
         errors = []
@@ -238,26 +259,60 @@ class ObjectService:
             return to_resource(info, stored)
 
     async def put(
-        self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None = None
+        self,
+        info: KindInfo,
+        project: str | None,
+        name: str,
+        doc: Mapping[str, Any],
+        if_match: str | None = None,
+        origin: str | None = None,
     ) -> tuple[Resource, bool]:
+        """Create or replace, as `origin` (None: the control plane; `cluster/<name>`: that cluster's report).
+        An object of another origin is never replaced (409)."""
         with _write_span(info, "put", project, name):
             async with self._project_first(project):
-                return await self._put(info, project, name, doc, if_match)
+                return await self._put(info, project, name, doc, if_match, origin)
+
+    async def adopt(self, info: KindInfo, project: str | None, name: str, placement: Placement | None) -> Resource:
+        """Make an object a cluster made the control plane's, with `placement` (None: the one its spec asks
+        for), after every check its new placement calls for. Its cluster's reports no longer change it."""
+        with _write_span(info, "adopt", project, name):
+            current = await self.get(info, project, name)
+            if origin_cluster(current.metadata.origin) is None:
+                raise Problem(409, f"{info.kind} {name!r} was not made by a cluster: there is nothing to adopt")
+            doc = current.to_wire()
+            if placement is not None:
+                doc["spec"]["placement"] = placement.to_wire()
+            resource, _ = await self._put(info, project, name, doc, None, None, take_over=True)
+            return resource
 
     async def _put(
-        self, info: KindInfo, project: str | None, name: str, doc: Mapping[str, Any], if_match: str | None
+        self,
+        info: KindInfo,
+        project: str | None,
+        name: str,
+        doc: Mapping[str, Any],
+        if_match: str | None,
+        origin: str | None,
+        take_over: bool = False,
     ) -> tuple[Resource, bool]:
-        resource = self.validate(info, project, name, doc)
+        resource = self.validate(info, project, name, doc, origin)
         meta = resource.metadata
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
             expected = parse_revision(meta.resource_version)
 
         async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
-            with _in_project(project, resource):
+            with _in_project(project, resource), _owned_here(origin):
                 written = _written(resource, project)
                 return await self.store.put(
-                    info.kind, meta.project or "", meta.name, expected_revision=expected, fence=fence, **written
+                    info.kind,
+                    meta.project or "",
+                    meta.name,
+                    expected_revision=expected,
+                    take_over=take_over,
+                    fence=fence,
+                    **written,
                 )
 
         stored, created = await self._checked_write(resource, put)
@@ -283,7 +338,7 @@ class ObjectService:
             # our read and our write is then refused with 409 rather than silently overwritten.
             owned.setdefault("resourceVersion", current.metadata.resource_version)
             merged["metadata"] = owned
-            resource, _ = await self._put(info, project, name, merged, if_match)
+            resource, _ = await self._put(info, project, name, merged, if_match, None)
             return resource
 
     async def delete(self, info: KindInfo, project: str | None, name: str, if_match: str | None = None) -> Resource:

@@ -5,13 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from meshplane.model.meta import Placement
+from meshplane.model.meta import Placement, origin_cluster
 from meshplane.store.records import ObjectKey
 
 
 def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
     """The names of the clusters (name -> labels) that the placement selects."""
     return frozenset(name for name, labels in clusters.items() if placement.selects(name, dict(labels)))
+
+
+def served_placement(placement: Placement, origin: str | None) -> Placement:
+    """Where an object is served: one a cluster made stays on that cluster (whose agent serves it already)
+    whatever placement it asks for, until an admin adopts it; any other goes where its placement says."""
+    cluster = origin_cluster(origin)
+    return placement if cluster is None else Placement(clusters=[cluster])
 
 
 FOLLOWERS = frozenset({"Subscription", "Application", "ApplicationKey", "RateLimitPolicy"})

@@ -15,7 +15,7 @@ from starlette.routing import Match
 from meshplane.model.registry import UnknownKind
 from meshplane.model.resource import FieldError, InvalidObject
 from meshplane.observability.logging import get_logger
-from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound
+from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, OwnedElsewhere
 
 PROBLEM_JSON = "application/problem+json"
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -119,6 +119,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         UnknownKind: 404,
         AlreadyExists: 409,
         Conflict: 409,
+        OwnedElsewhere: 409,
         Compacted: 410,
     }
 

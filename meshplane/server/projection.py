@@ -15,14 +15,14 @@ from pydantic import BaseModel
 
 from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
-from meshplane.model.meta import Placement
+from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
 from meshplane.server.api_conflicts import route_bucket
 from meshplane.server.objects import to_resource
-from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters
+from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters, served_placement
 from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
@@ -44,8 +44,9 @@ class DeliveredObject:
 
 
 def placement_of(resource: Resource) -> Placement:
-    """Where an object asks to go; kinds without a placement go everywhere."""
-    return getattr(resource.spec, "placement", None) or Placement()
+    """Where an object goes (see `served_placement`); kinds without a placement go everywhere."""
+    asked = getattr(resource.spec, "placement", None) or Placement()
+    return served_placement(asked, resource.metadata.origin)
 
 
 def deliver(info: KindInfo, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject:
@@ -105,8 +106,10 @@ class FleetProjection:
     def _index_routes(self, key: ObjectKey, present: bool) -> None:
         if key in self._route_bucket:
             self._routes[self._route_bucket.pop(key)].pop(key, None)
-        spec = self.objects[key].spec if present and key in self.objects else None
-        if isinstance(spec, APISpec):
+        delivered = self.objects.get(key) if present else None
+        if delivered is not None and isinstance(delivered.spec, APISpec):
+            # Route checks weigh APIs where they are served, which for a cluster's own is not its placement.
+            spec = delivered.spec.model_copy(update={"placement": delivered.placement})
             bucket = self._route_bucket[key] = route_bucket(spec.base_path)
             self._routes.setdefault(bucket, {})[key] = spec
 
@@ -257,6 +260,10 @@ class FleetProjection:
     def _deliver(stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
         info = REGISTRY.get(stored.kind)
         if not info.delivered or stored.deleted:
+            return None
+        if origin_cluster(stored.origin) is not None and not info.cluster_made:
+            # Only a store written before clusters were held to their kinds can hold one: it goes nowhere.
+            log.error("a cluster made an object of a kind clusters do not make; not delivered", kind=stored.kind)
             return None
         try:
             return deliver(info, stored, trace)

@@ -14,14 +14,19 @@ import json
 
 from google.protobuf import json_format
 
+from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY
 from meshplane.model.services import CLUSTER_LABEL, endpoint_name
 from meshplane.model.wire import integral
+from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.observability.tracing import current_carrier
 from meshplane.proto.v1 import control_plane_pb2
-from meshplane.store.errors import NotFound
+from meshplane.store.errors import NotFound, OwnedElsewhere
 from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
+
+log = get_logger("meshplane.server.service_catalog")
 
 KIND = "ServiceEndpoint"
 FALLBACK_PROJECT = "default"
@@ -52,7 +57,7 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
     What the cluster has stored is read once, and a service reported as it is stored is not written again:
     an agent's first report after each start lists its whole catalog, mostly unchanged.
     """
-    origin = f"cluster/{cluster}"
+    origin = cluster_origin(cluster)
     projects = _Projects(store)
     held, _ = await store.list(KIND, where=lambda obj: obj.origin == origin)
     stored = {(obj.project, obj.name): obj for obj in held}
@@ -75,11 +80,23 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
         wire_spec = resource.spec.to_wire()
         if (current := stored.get((project, meta.name))) is not None and _same(current, wire_spec, meta.labels):
             continue
-        await store.put(
-            KIND, project, meta.name, spec=wire_spec, labels=meta.labels, origin=origin, trace_context=current_carrier()
-        )
-    for key in request.removed:
-        await _delete(store, await projects.of(key.namespace), endpoint_name(cluster, key.namespace, key.name))
+        try:
+            await store.put(
+                KIND,
+                project,
+                meta.name,
+                spec=wire_spec,
+                labels=meta.labels,
+                origin=origin,
+                trace_context=current_carrier(),
+            )
+        except OwnedElsewhere as exc:  # a name another cluster's endpoint has: that one stays as it is
+            REPORTS_REFUSED.labels(cluster, "owned").inc()
+            log.warning("reported service not kept", cluster=cluster, error=str(exc))
+    removed = {endpoint_name(cluster, key.namespace, key.name) for key in request.removed}
+    for obj in held:  # a cluster removes its own endpoints only, in whichever project they are
+        if obj.name in removed:
+            await _delete(store, obj.project, obj.name)
     if request.complete:
         present = {(key.namespace, key.name) for key in request.present}
         for obj in held:

@@ -24,6 +24,15 @@ class AlreadyExists(StoreError):
         super().__init__(f"{_ref(kind, project, name)} already exists")
 
 
+class OwnedElsewhere(StoreError):
+    """The object was made by another origin (a cluster, or the control plane), which alone may change it."""
+
+    def __init__(self, kind: str, project: str, name: str, *, owner: str | None) -> None:
+        made_by = f"was made by {owner}" if owner else "belongs to the control plane"
+        super().__init__(f"{_ref(kind, project, name)} {made_by}")
+        self.owner = owner
+
+
 class Conflict(StoreError):
     """The caller's view is stale: it asked to change a revision that is no longer current."""
 

@@ -30,7 +30,7 @@ from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
 from meshplane.store.batch import Change, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
-from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken
+from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken, OwnedElsewhere
 from meshplane.store.records import Delivery, Event, ObjectKey, StoredObject, TokenRecord
 
 Within = ObjectKey | tuple[ObjectKey, ...] | None
@@ -198,12 +198,14 @@ class Store:
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
         origin: str | None = None,
+        take_over: bool = False,
         expected_revision: int | None = None,
         trace_context: dict | None = None,
         within: Within = None,
         fence: Fence | None = None,
     ) -> tuple[StoredObject, bool]:
-        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. `within`
+        """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. An object
+        of another `origin` is replaced only when told to `take_over` (OwnedElsewhere otherwise). `within`
         and `fence`: as for `create`."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
@@ -217,6 +219,8 @@ class Store:
                 obj = batch.born(kind, project, name, spec, labels, annotations, origin)
                 return batch.record(obj, "create", trace_context), True
             _check_expected(current, expected_revision)
+            if current.origin != origin and not take_over:
+                raise OwnedElsewhere(kind, project, name, owner=current.origin)
             unchanged = (current.spec, current.labels, current.annotations, current.origin)
             if (spec, labels, annotations, origin) == unchanged:
                 return current, False

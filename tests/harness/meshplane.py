@@ -89,6 +89,18 @@ class ServerProcess:
         assert created.status_code == 201, created.text
         return {"Authorization": f"Bearer {created.json()['token']}"}
 
+    def allow_publishing(self, cluster: str, *projects: str) -> None:
+        """As an admin, let `cluster` publish the objects made in it into `projects` (its Cluster's
+        `spec.publish.projects`), creating the Cluster object if its agent has not registered yet."""
+        with self.http() as http:
+            shown = http.get(f"/v1/clusters/{cluster}")
+            current = shown.json() if shown.status_code == 200 else {"metadata": {}, "spec": {}}
+            metadata = {"name": cluster, "labels": current["metadata"].get("labels", {})}
+            spec = {**current["spec"], "publish": {"projects": list(projects)}}
+            http.put(
+                f"/v1/clusters/{cluster}", json={"kind": "Cluster", "metadata": metadata, "spec": spec}
+            ).raise_for_status()
+
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""
         if self.insecure:

@@ -128,6 +128,7 @@ def test_a_local_api_back_from_the_control_plane_is_served_once_and_follows_the_
         rest.post(
             "/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}}
         ).raise_for_status()
+        server.allow_publishing("edge-1", project)
         with (
             run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig) as agent,
             run_envoy(tmp_path, "gw", agent.xds_port) as envoy,

@@ -34,6 +34,7 @@ def test_an_api_made_with_kubectl_appears_in_the_control_plane_and_follows(
     ):
         project = {"kind": "Project", "metadata": {"name": "shop"}, "spec": {}}
         rest.post("/v1/projects", json=project).raise_for_status()
+        server.allow_publishing("edge-1", "shop")
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
 
             def at_server(base_path: str) -> dict[str, Any] | None:

@@ -74,6 +74,7 @@ def test_the_agent_does_its_work_as_its_service_account_without_a_403(
         rest.post(
             "/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}}
         ).raise_for_status()
+        server.allow_publishing("edge-1", project)
         rest.put(f"/v1/projects/{project}/apis/{name}", json=delivered(name, project, "/orders")).raise_for_status()
         wait_until(lambda: has_base_path(kube_apiserver, project, name, "/orders"), "the CR in its new namespace")
 

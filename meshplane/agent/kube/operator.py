@@ -3,7 +3,9 @@
 A CR without the managed-by label was made in the cluster itself (kubectl, a local operator): it is
 validated with the control plane's model and handed to the agent, whose gateways serve it at once
 (an invalid one is not served; its `Accepted` condition says why), and it is reported up, with its
-changes and its deletion, so that the control plane shows it with its origin.
+changes and its deletion, so that the control plane shows it with its origin. A version the control plane
+refuses (a kind or project the cluster may not publish, a route clash, an object owned elsewhere) is not
+served either, and `Accepted` says why (reason `Refused`).
 An event on a managed CR asks the applier to check it, so edits to what the control plane delivered
 (drift) are put back; the applier's periodic resync catches whatever a watch misses.
 
@@ -51,9 +53,12 @@ def local_api(obj: Mapping[str, Any]) -> Resource:
     return REGISTRY.parse({"kind": WATCHED_KIND, "metadata": metadata, "spec": obj.get("spec") or {}})
 
 
-def accepted_conditions(obj: Mapping[str, Any], problem: str | None) -> list[dict[str, Any]] | None:
-    """The CR's conditions with `Accepted` saying whether the cluster's gateways serve it, or None when
-    they say so already (for this generation)."""
+def accepted_conditions(
+    obj: Mapping[str, Any], problem: str | None, reason: str = "Invalid"
+) -> list[dict[str, Any]] | None:
+    """The CR's conditions with `Accepted` saying whether the cluster's gateways serve it (and, when not, the
+    `reason`: Invalid, or Refused by the control plane), or None when they say so already (for this
+    generation)."""
     conditions = [dict(c) for c in (obj.get("status") or {}).get("conditions") or []]
     current = next((c for c in conditions if c.get("type") == ACCEPTED), {})
     status = "False" if problem else "True"
@@ -66,7 +71,7 @@ def accepted_conditions(obj: Mapping[str, Any], problem: str | None) -> list[dic
     accepted = {
         "type": ACCEPTED,
         "status": status,
-        "reason": "Invalid" if problem else "Served",
+        "reason": reason if problem else "Served",
         "message": message,
         "observedGeneration": generation,
         "lastTransitionTime": since or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -95,6 +100,8 @@ class KubeOperator:
         self.known_local = known_local
         self.is_delivered = is_delivered
         self._reported: dict[tuple[str, str], str] = {}  # (namespace, name) -> fingerprint last handled
+        self._sent: dict[tuple[str, str], tuple[control_plane_pb2.LocalObject, Mapping[str, Any]]] = {}
+        """(namespace, name) -> the last version reported up, and its CR."""
         self._started = False
 
     async def run(self) -> None:
@@ -144,23 +151,30 @@ class KubeOperator:
             return
         spec = struct_pb2.Struct()
         spec.update(obj.get("spec") or {})
-        await self.report_objects(
-            [
-                control_plane_pb2.LocalObject(
-                    kind=WATCHED_KIND,
-                    project=namespace,
-                    name=name,
-                    labels=meta.get("labels") or {},
-                    spec=spec,
-                )
-            ]
+        local = control_plane_pb2.LocalObject(
+            kind=WATCHED_KIND, project=namespace, name=name, labels=meta.get("labels") or {}, spec=spec
         )
+        await self.report_objects([local])
+        self._sent[(namespace, name)] = (local, obj)
         self._reported[(namespace, name)] = fingerprint
         log.info("reported a locally made object", kind=WATCHED_KIND, project=namespace, name=name)
 
-    async def _set_accepted(self, obj: Mapping[str, Any], problem: str | None) -> None:
+    async def refused(self, objects: list[control_plane_pb2.LocalObject], reason: str) -> None:
+        """The control plane refused these reported objects: a version still current is not served here either,
+        and its CR says why. That version is not reported again; the CR's next change is (or the agent's next
+        start, once an admin lets the cluster publish it)."""
+        for local in objects:
+            key = (local.project, local.name)
+            sent = self._sent.get(key)
+            if local.deleted or sent is None or sent[0] != local:
+                continue  # a newer version is on its way and will be judged on its own
+            log.warning("the control plane refused a locally made API; not served", project=key[0], name=key[1])
+            await self.keep_local(local.project, local.name, None)
+            await self._set_accepted(sent[1], f"the control plane refused it: {reason}", "Refused")
+
+    async def _set_accepted(self, obj: Mapping[str, Any], problem: str | None, reason: str = "Invalid") -> None:
         """Show on the CR whether it is served, as `kubectl describe` and `kubectl wait` read it."""
-        conditions = accepted_conditions(obj, problem)
+        conditions = accepted_conditions(obj, problem, reason)
         if conditions is None:
             return
         namespace, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
@@ -176,6 +190,7 @@ class KubeOperator:
         await self._report_deleted(namespace, name)
 
     async def _report_deleted(self, namespace: str, name: str) -> None:
+        self._sent.pop((namespace, name), None)
         if self._reported.pop((namespace, name), None) is None:
             return
         await self.report_objects(

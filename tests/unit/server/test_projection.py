@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -449,3 +450,18 @@ def test_the_route_catalog_offers_every_api_whose_first_segment_may_meet(
         return a == b or a.startswith("{") or b.startswith("{")
 
     assert sorted(name for _, name, _ in offered) == sorted(n for n, p in live.items() if may_meet(p))
+
+
+def test_a_cluster_made_api_goes_to_its_own_cluster_alone_and_nothing_else_a_cluster_made_goes_anywhere() -> None:
+    projection = FleetProjection(ResourceCache())
+    projection.reset([], [stored("Cluster", name) for name in CLUSTERS])
+    made = replace(api("local", {"clusters": ["edge-2"]}), origin="cluster/edge-1")
+    key_set = replace(stored("KeySet", "attacker", spec={"issuer": "meshplane", "keys": []}), origin="cluster/edge-1")
+
+    projection.upsert_object(made)
+    projection.upsert_object(key_set)
+
+    held = {cluster: projection.cluster_resources(cluster) for cluster in CLUSTERS}
+    assert [c for c in CLUSTERS if "shop/local" in held[c][API_TYPE]] == ["edge-1"]
+    key_sets = REGISTRY.get("KeySet").type_url
+    assert not any("attacker" in held[c][key_sets] for c in CLUSTERS)

@@ -133,3 +133,16 @@ async def test_a_repeated_complete_listing_writes_only_what_changed(store: Store
     stored = await endpoints(store)
     billing = stored[("shop", endpoint_name("edge-1", "shop", "billing"))]
     assert [port["port"] for port in billing["spec"]["ports"]] == [9090]
+
+
+async def test_a_cluster_never_writes_or_removes_an_endpoint_another_cluster_holds(store: Store) -> None:
+    # Names carry a short digest of (cluster, namespace, service); should two ever meet, the holder keeps its own.
+    name = endpoint_name("edge-1", "shop", "orders")
+    await store.create("ServiceEndpoint", "shop", name, spec={"cluster": "edge-2"}, origin="cluster/edge-2")
+    before = await endpoints(store)
+
+    await apply_report(store, "edge-1", report(services=[reported("shop", "orders")]))
+    await apply_report(store, "edge-1", report(removed=[Key(namespace="shop", name="orders")]))
+    await apply_report(store, "edge-1", report(complete=True))
+
+    assert await endpoints(store) == before
