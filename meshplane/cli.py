@@ -214,6 +214,12 @@ def agent(
     east_west_gateway: Annotated[
         str | None, typer.Option(help="host:port where other clusters reach this cluster's services [none]")
     ] = None,
+    allow_loopback_backends: Annotated[
+        bool, typer.Option("--allow-loopback-backends", help="let API backends target this host's loopback")
+    ] = False,
+    envoy_admin_address: Annotated[
+        str | None, typer.Option(help="the gateways' Envoy admin, which no backend may target [127.0.0.1:19000]")
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
@@ -247,6 +253,8 @@ def agent(
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,
         east_west_gateway=east_west_gateway,
+        allow_loopback_backends=allow_loopback_backends or None,
+        envoy_admin_address=envoy_admin_address,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )

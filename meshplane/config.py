@@ -211,3 +211,12 @@ class AgentSettings(ProcessSettings):
     cluster_domain: str = Field(
         default="cluster.local", description="DNS domain of the cluster's services (<service>.<namespace>.svc.<domain>)"
     )
+    allow_loopback_backends: bool = Field(
+        default=False,
+        description="let API backends target this host's loopback (local setups); the agent's and Envoy's "
+        "admin and xDS ports stay refused",
+    )
+    envoy_admin_address: Address = Field(
+        default="127.0.0.1:19000",
+        description="the gateways' Envoy admin (meshplane agent bootstrap --admin-port); no backend may target it",
+    )

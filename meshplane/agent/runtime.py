@@ -36,9 +36,10 @@ from meshplane.agent.service_catalog import ServiceCatalogSync
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.catalog import Catalog
-from meshplane.agent.translate.service_backends import service_key
+from meshplane.agent.translate.service_backends import LocalServices, service_key
 from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
-from meshplane.agent.translate.translate import api_views
+from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
+from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.kinds import APISpec, EastWestGateway
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
@@ -102,12 +103,15 @@ class Agent:
             enforcer_fail_open=settings.enforcer_failure_mode == "open",
             ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
             cluster_domain=settings.cluster_domain,
+            backends=backend_policy(settings),
         )
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
         )
         self.objects: dict[str, dict[str, Held]] = {}
         self.serving: dict[str, dict[str, Held]] = {}
+        self.refused: dict[str, str] = {}
+        """APIs (project/name) this cluster refuses to serve as held now, with the reason."""
         self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -180,6 +184,23 @@ class Agent:
                 out[name] = good
         return out
 
+    def _services(self) -> LocalServices | None:
+        return self.services.specs() if self.services is not None else None
+
+    def _refuse(self, servable: dict[str, dict[str, Held]]) -> dict[str, str]:
+        """Take the APIs this cluster refuses (see translate.targets) out of `servable`, in place: an earlier
+        version that it accepted stays in force, as after a gateway's rejection. Returns those refused."""
+        apis = servable.get(API_TYPE, {})
+        resources = [held for held in apis.values() if isinstance(held, Resource)]
+        refused = refused_apis(resources, self.gateway_settings, self._services())
+        for name in refused:
+            good = self.serving.get(API_TYPE, {}).get(name)
+            if isinstance(good, Resource) and not refused_apis([good], self.gateway_settings, self._services()):
+                apis[name] = good
+            else:
+                apis.pop(name, None)
+        return refused
+
     async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
         now = time.time()
         resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
@@ -189,8 +210,8 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
         self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
         self._wake_at(catalog.next_expiry(now))
-        services = self.services.specs() if self.services is not None else None
-        return await self.publisher.publish(translate_apis(resources, self.gateway_settings, catalog, now, services))
+        config = translate_apis(resources, self.gateway_settings, catalog, now, self._services())
+        return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
@@ -221,28 +242,39 @@ class Agent:
         async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
             assert self.state is not None
             servable = self._servable()
+            refused = self._refuse(servable)
             outcome = await self._publish(servable)
             if outcome.state is DeliveryState.FAILED and changed:
                 log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
                 for (type_url, name), version in changed.items():
-                    await self.state.reject(type_url, name, version)
+                    if not (type_url == API_TYPE and name in refused):  # refused here, never offered to Envoy
+                        await self.state.reject(type_url, name, version)
                 servable = self._servable()
+                self._refuse(servable)
                 await self._publish(servable)
             if outcome.state is not DeliveryState.FAILED or changed:
                 self.serving = servable
-            if changed and report and self.reporter is not None:
-                state = _DELIVERY_STATES[outcome.state]
+            reported = {**self._refusals_changed(refused), **(changed if report and changed else {})}
+            self.refused = refused
+            if reported and self.reporter is not None:
                 await self.reporter.report_status(
                     [
-                        control_plane_pb2.ObjectDelivery(
-                            type_url=type_url, name=name, version=version, state=state, message=outcome.message
-                        )
-                        for (type_url, name), version in changed.items()
+                        _delivery(type_url, name, version, outcome, refused if type_url == API_TYPE else {})
+                        for (type_url, name), version in reported.items()
                         if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
                     ]
                 )
         if self.kube is not None:
             self.kube.trigger()
+
+    def _refusals_changed(self, refused: Mapping[str, str]) -> dict[tuple[str, str], str]:
+        """Delivered APIs whose refusal here began, ended or changed reason without a new version (the
+        agent's settings changed across a restart, or a service backend moved): their status must say so."""
+        assert self.state is not None
+        versions = self.state.versions(API_TYPE)
+        local = self.local.objects if self.local is not None else {}
+        names = {name for name in {*refused, *self.refused} if refused.get(name) != self.refused.get(name)}
+        return {(API_TYPE, name): versions[name] for name in sorted(names) if name in versions and name not in local}
 
     def _kube_desired(self) -> dict[ObjectKey, DesiredObject]:
         """What this cluster's Kubernetes should hold now: every held API object and rendered manifest."""
@@ -459,6 +491,30 @@ class Agent:
             if kube_client is not None:
                 await kube_client.close()
             await self.state.close()
+
+
+def backend_policy(settings: AgentSettings) -> BackendPolicy:
+    """What this agent's gateways may reach for an API: never its own admin and xDS, nor Envoy's admin."""
+    ports = (
+        ("the agent's xDS", settings.xds_address),
+        ("the agent's admin", settings.admin_address),
+        ("Envoy's admin", settings.envoy_admin_address),
+    )
+    return BackendPolicy(
+        allow_loopback=settings.allow_loopback_backends,
+        protected=tuple(ProtectedPort(what, *split_address(address)) for what, address in ports),
+    )
+
+
+def _delivery(
+    type_url: str, name: str, version: str, outcome: PublishOutcome, refused: Mapping[str, str]
+) -> control_plane_pb2.ObjectDelivery:
+    """How one object fared: refused by this cluster (with the reason), else as the gateways took the whole."""
+    if name in refused:
+        state, message = control_plane_pb2.FAILED, f"not served on this cluster: {refused[name]}"
+    else:
+        state, message = _DELIVERY_STATES[outcome.state], outcome.message
+    return control_plane_pb2.ObjectDelivery(type_url=type_url, name=name, version=version, state=state, message=message)
 
 
 def _kube_client(settings: AgentSettings) -> KubeClient | None:
