@@ -220,6 +220,9 @@ def agent(
     envoy_admin_address: Annotated[
         str | None, typer.Option(help="the gateways' Envoy admin, which no backend may target [127.0.0.1:19000]")
     ] = None,
+    xff_num_trusted_hops: Annotated[
+        int | None, typer.Option(help="proxies in front of the gateways whose x-forwarded-for is trusted [0]")
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
@@ -255,6 +258,7 @@ def agent(
         east_west_gateway=east_west_gateway,
         allow_loopback_backends=allow_loopback_backends or None,
         envoy_admin_address=envoy_admin_address,
+        xff_num_trusted_hops=xff_num_trusted_hops,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )

@@ -216,6 +216,9 @@ class AgentSettings(ProcessSettings):
         description="let API backends target this host's loopback (local setups); the agent's and Envoy's "
         "admin and xDS ports stay refused",
     )
+    xff_num_trusted_hops: int = Field(
+        default=0, ge=0, description="proxies in front of the gateways whose x-forwarded-for entries are trusted"
+    )
     envoy_admin_address: Address = Field(
         default="127.0.0.1:19000",
         description="the gateways' Envoy admin (meshplane agent bootstrap --admin-port); no backend may target it",

@@ -30,6 +30,8 @@ class GatewaySettings:
     """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
     cluster_domain: str = "cluster.local"
     """The DNS domain of the cluster's services (`<service>.<namespace>.svc.<domain>`)."""
+    xff_num_trusted_hops: int = 0
+    """Proxies of the operator's in front of the gateway whose x-forwarded-for entries are trusted."""
     backends: BackendPolicy = field(default_factory=BackendPolicy)
     """What APIs may make the gateway reach here (see `targets`); APIs that ask for more are refused."""
 
