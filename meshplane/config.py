@@ -21,6 +21,8 @@ from pydantic_settings import (
 )
 
 LogFormat = Literal["json", "text"]
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+"""Where Debian, Ubuntu and Alpine (and Envoy's own images) keep the system's trusted CAs."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -215,6 +217,11 @@ class AgentSettings(ProcessSettings):
         default=False,
         description="let API backends target this host's loopback (local setups); the agent's and Envoy's "
         "admin and xDS ports stay refused",
+    )
+    jwks_ca_file: str = Field(
+        default=SYSTEM_CA_FILE,
+        description="CA bundle on the gateways' hosts that HTTPS key sets (JWKS) are verified against, "
+        "when an API names no CA of its own",
     )
     xff_num_trusted_hops: int = Field(
         default=0, ge=0, description="proxies in front of the gateways whose x-forwarded-for entries are trusted"

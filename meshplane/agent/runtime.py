@@ -103,6 +103,7 @@ class Agent:
             enforcer_fail_open=settings.enforcer_failure_mode == "open",
             ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
             cluster_domain=settings.cluster_domain,
+            jwks_ca_file=settings.jwks_ca_file,
             xff_num_trusted_hops=settings.xff_num_trusted_hops,
             backends=backend_policy(settings),
         )

@@ -10,6 +10,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 
 from meshplane.agent.translate.targets import BackendPolicy
+from meshplane.config import SYSTEM_CA_FILE
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class GatewaySettings:
     """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
     cluster_domain: str = "cluster.local"
     """The DNS domain of the cluster's services (`<service>.<namespace>.svc.<domain>`)."""
+    jwks_ca_file: str = SYSTEM_CA_FILE
+    """CA bundle, on the gateways' hosts, that remote key sets over HTTPS are verified against when the API
+    names no CA of its own."""
     xff_num_trusted_hops: int = 0
     """Proxies of the operator's in front of the gateway whose x-forwarded-for entries are trusted."""
     backends: BackendPolicy = field(default_factory=BackendPolicy)
