@@ -179,6 +179,11 @@ class AgentSettings(ProcessSettings):
     admin_address: Address = Field(
         default="127.0.0.1:18003", description="admin HTTP: /config_dump, /metrics, /healthz"
     )
+    admin_token_file: Path | None = Field(
+        default=None,
+        description="bearer token /config_dump asks for; default: none on loopback, else one made in "
+        "state_dir/admin-token",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     otlp_endpoint: OtlpEndpoint = None
     retry: RetryPolicy = Field(default_factory=RetryPolicy)

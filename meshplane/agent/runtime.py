@@ -15,7 +15,7 @@ from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
 from meshplane import __version__
-from meshplane.agent.admin import AdminServer, admin_app
+from meshplane.agent.admin import AdminServer, admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
 from meshplane.agent.gateway import (
     ENFORCERS,
@@ -93,6 +93,8 @@ class Agent:
         self.settings = settings
         # mTLS unless told otherwise; TlsConfigError (no certificate configured) stops the agent here.
         self.channel_credentials = channel_credentials or agent_channel_credentials(settings)
+        # AdminTokenError (a token file without a token) stops the agent here too.
+        self.admin_token = admin_token(settings)
         self.gateway_cache = ResourceCache()
         gw_host, gw_port = split_address(settings.gateway_address)
         self.gateway_settings = GatewaySettings(
