@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from meshplane.agent.admin import admin_app
+from meshplane.agent.bootstrap import envoy_bootstrap
 from meshplane.agent.runtime import Agent
 from meshplane.config import AgentSettings
 from tests.harness.meshplane import MESHPLANE, run_agent, run_server
@@ -94,3 +95,9 @@ def test_the_cli_reads_a_protected_dump_with_the_token_file(tmp_path: Path) -> N
         shown = subprocess.run([*dump, "--token-file", str(token_file)], capture_output=True, text=True, timeout=30)
         assert shown.returncode == 0, shown.stderr
         assert json.loads(shown.stdout)["cluster"] == "edge-1"
+
+
+def test_envoys_admin_in_the_agents_bootstrap_listens_on_loopback_only() -> None:
+    for port in (19000, 19001):
+        address = envoy_bootstrap("gw-1", "10.0.0.7", 18001, admin_port=port)["admin"]["address"]["socket_address"]
+        assert address == {"address": "127.0.0.1", "port_value": port}
