@@ -114,8 +114,6 @@ class Agent:
         )
         self.objects: dict[str, dict[str, Held]] = {}
         self.serving: dict[str, dict[str, Held]] = {}
-        self.refused: dict[str, str] = {}
-        """APIs (project/name) this cluster refuses to serve as held now, with the reason."""
         self.reporter: Reporter | None = None
         self.state: LocalState | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -259,7 +257,7 @@ class Agent:
             if outcome.state is not DeliveryState.FAILED or changed:
                 self.serving = servable
             reported = {**self._refusals_changed(refused), **(changed if report and changed else {})}
-            self.refused = refused
+            await self.state.keep_refused(refused)
             if reported and self.reporter is not None:
                 await self.reporter.report_status(
                     [
@@ -277,7 +275,8 @@ class Agent:
         assert self.state is not None
         versions = self.state.versions(API_TYPE)
         local = self.local.objects if self.local is not None else {}
-        names = {name for name in {*refused, *self.refused} if refused.get(name) != self.refused.get(name)}
+        before = self.state.refused
+        names = {name for name in {*refused, *before} if refused.get(name) != before.get(name)}
         return {(API_TYPE, name): versions[name] for name in sorted(names) if name in versions and name not in local}
 
     def _kube_desired(self) -> dict[ObjectKey, DesiredObject]:

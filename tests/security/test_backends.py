@@ -207,3 +207,23 @@ def _own_ports(agent: AgentProcess, envoy_admin: int) -> dict[str, tuple[int, st
         "agent-admin": (agent.admin_port, "the agent's admin"),
         "agent-xds": (agent.xds_port, "the agent's xDS"),
     }
+
+
+@pytest.mark.envoy
+def test_a_refusal_ends_when_the_cluster_restarts_allowing_loopback(tmp_path: Path, server: ServerProcess) -> None:
+    ports = (free_port(), free_port())
+    with run_upstream("one") as (upstream, _), server.http() as rest:
+        with run_agent(tmp_path, "edge-1", server, ports=ports, allow_loopback_backends=False) as agent:
+            rest.put("/v1/projects/default/apis/local", json=probe("local", "127.0.0.1", upstream))
+            assert cluster_status(rest, "local")["state"] == "Failed"
+        with (
+            run_agent(tmp_path, "edge-1", server, ports=ports) as agent,
+            run_envoy(tmp_path, "gw-1", agent.xds_port),
+        ):
+            gateway = Gateway(agent.gateway_port)
+            gateway.wait_for("/local/x", from_upstream("one"))
+            deadline = time.monotonic() + 15
+            while cluster_status(rest, "local")["state"] != "Applied" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert cluster_status(rest, "local")["state"] == "Applied"
+            gateway.close()
