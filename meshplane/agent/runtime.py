@@ -298,15 +298,18 @@ class Agent:
             if isinstance(held, Resource) and held.metadata.origin == origin
         ]
 
-    async def keep_local(self, project: str, name: str, api: Resource | None) -> None:
-        """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon."""
+    async def keep_local(self, project: str, name: str, api: Resource | None) -> str | None:
+        """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon.
+        Returns why this cluster will not serve it (see translate.targets), or None."""
         assert self.local is not None
         key = resource_name(project, name)
+        refusal = refused_apis([api], self.gateway_settings, self._services()).get(key) if api is not None else None
         if not await self.local.keep(key, api):
-            return
+            return refusal
         self._local_changes[(API_TYPE, key)] = self.local.versions().get(key)
         if self._local_task is None or self._local_task.done():
             self._local_task = asyncio.create_task(self._serve_local(), name="local-apis")
+        return refusal
 
     async def _serve_local(self) -> None:
         """Rebuild for the local changes; those made during a rebuild are taken by one more, together."""

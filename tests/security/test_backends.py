@@ -16,9 +16,12 @@ from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from tests.harness.envoy import run_envoy
 from tests.harness.gateway import Gateway, from_upstream, status
+from tests.harness.kube import KubeAPIServer
 from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from tests.harness.process import free_port
 from tests.harness.upstream import run_upstream
+from tests.integration.test_agent_kube import unique, wait_until
+from tests.integration.test_agent_local_apis import accepted, api_cr, create
 from tests.unit.translate.factories import api, backend
 
 PROTECTED = (ProtectedPort("the agent's xDS", "127.0.0.1", 18001), ProtectedPort("Envoy's admin", "127.0.0.1", 19000))
@@ -227,3 +230,23 @@ def test_a_refusal_ends_when_the_cluster_restarts_allowing_loopback(tmp_path: Pa
                 time.sleep(0.1)
             assert cluster_status(rest, "local")["state"] == "Applied"
             gateway.close()
+
+
+@pytest.mark.envoy
+def test_an_api_made_in_the_cluster_at_a_metadata_address_is_not_accepted(
+    tmp_path: Path, kube_apiserver: KubeAPIServer
+) -> None:
+    project, name = unique("shop"), unique("meta")
+    kube_apiserver.create_namespace(project)
+    cr = api_cr(project, name, 80)
+    cr["spec"]["backends"][0]["host"] = "169.254.169.254"
+    with (
+        run_agent(tmp_path, "edge-1", f"127.0.0.1:{free_port()}", kubeconfig=kube_apiserver.kubeconfig) as agent,
+        run_envoy(tmp_path, "gw-1", agent.xds_port),
+    ):
+        create(kube_apiserver, cr)
+        shown = wait_until(lambda: accepted(kube_apiserver, project, name), "the Accepted condition")
+        assert shown["status"] == "False" and "metadata" in shown["message"], shown
+        gateway = Gateway(agent.gateway_port)
+        assert gateway.request("GET", f"/{name}/x").status_code == 404
+        gateway.close()
