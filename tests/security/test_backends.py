@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
@@ -250,3 +252,31 @@ def test_an_api_made_in_the_cluster_at_a_metadata_address_is_not_accepted(
         gateway = Gateway(agent.gateway_port)
         assert gateway.request("GET", f"/{name}/x").status_code == 404
         gateway.close()
+
+
+HOSTS = st.one_of(
+    st.ip_addresses().map(str),
+    st.sampled_from(
+        ["localhost", "metadata.google.internal", "backend.internal", "2130706433", "[::1]", "a.localhost"]
+    ),
+)
+
+
+@given(st.lists(st.tuples(HOSTS, st.sampled_from([80, 8080, 18001, 19000])), min_size=1, max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_no_translated_endpoint_is_one_the_cluster_refuses(targets: list[tuple[str, int]]) -> None:
+    policy = BackendPolicy(protected=PROTECTED)
+    apis = [
+        api(f"a{index}", basePath=f"/a{index}", backends=[backend(host, port)])
+        for index, (host, port) in enumerate(targets)
+    ]
+    config = translate_apis(apis, GatewaySettings(backends=policy))
+    assignments = [*config.endpoints, *(cluster.load_assignment for cluster in config.clusters)]
+    for assignment in assignments:
+        for locality in assignment.endpoints:
+            for endpoint in locality.lb_endpoints:
+                address = endpoint.endpoint.address.socket_address
+                assert policy.refusal(address.address, address.port_value) is None, address
+    served = {cluster.name.split(".")[2] for cluster in config.clusters}
+    assert served | {key.split("/")[1] for key in config.refused} == {f"a{index}" for index in range(len(targets))}
+    assert not served & {key.split("/")[1] for key in config.refused}
