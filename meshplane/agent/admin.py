@@ -191,8 +191,8 @@ def _bearer_only(token: str | None, endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def admin_app(agent: Agent) -> Starlette:
-    token = agent.admin_token
+def admin_app(agent: Agent, token: str | None = None) -> Starlette:
+    """The admin endpoints of `agent`; with a token (see `admin_token`) the config dump asks for it."""
 
     async def dump(request: Request) -> Response:
         return JSONResponse(config_dump(agent))

@@ -444,7 +444,7 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = AdminServer(admin_app(self), self.settings.admin_address)
+        admin = AdminServer(admin_app(self, self.admin_token), self.settings.admin_address)
         await admin.start()
         await xds.start()
         log.info(
