@@ -43,6 +43,7 @@ from bench.common import (
 )
 from meshplane.agent.gateway import CLUSTER, ENDPOINT, ENVOY_TYPE_ORDER, GATEWAYS, LISTENER, ROUTE
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
+from meshplane.agent.translate.targets import BackendPolicy
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
@@ -181,7 +182,8 @@ def snapshot(config: EnvoyConfig) -> dict[str, dict[str, VersionedResource]]:
 
 async def floor(work: Path, upstream: int, changes: int) -> dict[str, Any]:
     """The same Envoy fed by a bare ResourceCache + XdsServer in this process; a change swaps only the route."""
-    settings = GatewaySettings(listener_port=free_port())
+    # The benchmark's upstream listens on loopback, as the harness's agent allows.
+    settings = GatewaySettings(listener_port=free_port(), backends=BackendPolicy(allow_loopback=True))
     initial = snapshot(envoy_config(upstream, settings, None))
     routes = [
         snapshot(envoy_config(upstream, settings, change))[ROUTE][settings.route_config_name]

@@ -189,6 +189,10 @@ def agent(
     admin_address: Annotated[
         str | None, typer.Option(help="admin HTTP: config dump, metrics [127.0.0.1:18003]")
     ] = None,
+    admin_token_file: Annotated[
+        Path | None,
+        typer.Option(help="token the config dump asks for [none on loopback, else STATE_DIR/admin-token]"),
+    ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="cluster label key=value (repeatable)")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="plaintext sync to an --insecure server")] = False,
     tls_cert: Annotated[Path | None, typer.Option(help="this cluster's certificate (certs issue-agent)")] = None,
@@ -222,12 +226,22 @@ def agent(
     east_west_gateway: Annotated[
         str | None, typer.Option(help="host:port where other clusters reach this cluster's services [none]")
     ] = None,
+    allow_loopback_backends: Annotated[
+        bool, typer.Option("--allow-loopback-backends", help="let API backends target this host's loopback")
+    ] = False,
+    envoy_admin_address: Annotated[
+        str | None, typer.Option(help="the gateways' Envoy admin, which no backend may target [127.0.0.1:19000]")
+    ] = None,
+    xff_num_trusted_hops: Annotated[
+        int | None, typer.Option(help="proxies in front of the gateways whose x-forwarded-for is trusted [0]")
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
     """Run the agent of one data-plane cluster."""
     if ctx.invoked_subcommand is not None:
         return
+    from meshplane.agent.admin import AdminTokenError
     from meshplane.agent.kube.serviceaccount import NotInCluster
     from meshplane.agent.runtime import Agent
     from meshplane.observability.tracing import configure_tracing
@@ -242,6 +256,7 @@ def agent(
         xds_address=xds_address,
         gateway_address=gateway_address,
         admin_address=admin_address,
+        admin_token_file=admin_token_file,
         labels=_labels(label) if label else None,
         insecure=insecure or None,
         tls_cert=tls_cert,
@@ -255,6 +270,9 @@ def agent(
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,
         east_west_gateway=east_west_gateway,
+        allow_loopback_backends=allow_loopback_backends or None,
+        envoy_admin_address=envoy_admin_address,
+        xff_num_trusted_hops=xff_num_trusted_hops,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )
@@ -264,6 +282,9 @@ def agent(
         process = Agent(settings)
     except PkiError as exc:
         err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
+        raise typer.Exit(2) from None
+    except AdminTokenError as exc:
+        err.print(f"[red]admin token[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
     try:
         run_until_signalled(process.run)
@@ -292,13 +313,18 @@ def agent_config_dump(
         str, typer.Option(envvar="MESHPLANE_ADMIN_ADDRESS", help="the agent's admin address")
     ] = "127.0.0.1:18003",
     output: Annotated[str, typer.Option("-o", "--output", help="json or yaml")] = "json",
+    token_file: Annotated[
+        Path | None,
+        typer.Option(envvar="MESHPLANE_ADMIN_TOKEN_FILE", help="the agent's admin token, when it asks for one"),
+    ] = None,
 ) -> None:
     """Show what an agent serves its gateways, and the objects (and rejected versions) it holds."""
     from meshplane.cli_ops import fetch_config_dump, render_dump
 
     _check_output(output, "json", "yaml")
     with user_errors():
-        sys.stdout.write(render_dump(fetch_config_dump(admin_address), output))
+        token = token_file.read_text().strip() if token_file is not None else None
+        sys.stdout.write(render_dump(fetch_config_dump(admin_address, token=token), output))
 
 
 LocalXdsOpt = Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")]

@@ -397,11 +397,12 @@ def token_table(views: Sequence[Mapping[str, Any]]) -> Table:
 # --- agent config-dump --------------------------------------------------------------------------
 
 
-def fetch_config_dump(admin_address: str, timeout: float = 10.0) -> dict[str, Any]:
-    """An agent's `/config_dump` from its admin address (host:port)."""
+def fetch_config_dump(admin_address: str, timeout: float = 10.0, token: str | None = None) -> dict[str, Any]:
+    """An agent's `/config_dump` from its admin address (host:port), with its admin token if it asks for one."""
     url = f"http://{admin_address}/config_dump"
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
-        response = httpx.get(url, timeout=timeout)
+        response = httpx.get(url, timeout=timeout, headers=headers)
     except httpx.TransportError as exc:
         reason = str(exc) or type(exc).__name__
         raise AgentUnreachable(f"cannot reach the agent admin at {admin_address}: {reason}") from None

@@ -21,6 +21,8 @@ from pydantic_settings import (
 )
 
 LogFormat = Literal["json", "text"]
+SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"
+"""Where Debian, Ubuntu and Alpine (and Envoy's own images) keep the system's trusted CAs."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -189,6 +191,11 @@ class AgentSettings(ProcessSettings):
     admin_address: Address = Field(
         default="127.0.0.1:18003", description="admin HTTP: /config_dump, /metrics, /healthz"
     )
+    admin_token_file: Path | None = Field(
+        default=None,
+        description="bearer token /config_dump asks for; default: none on loopback, else one made in "
+        "state_dir/admin-token",
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     otlp_endpoint: OtlpEndpoint = None
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
@@ -222,4 +229,21 @@ class AgentSettings(ProcessSettings):
     )
     cluster_domain: str = Field(
         default="cluster.local", description="DNS domain of the cluster's services (<service>.<namespace>.svc.<domain>)"
+    )
+    allow_loopback_backends: bool = Field(
+        default=False,
+        description="let API backends target this host's loopback (local setups); the agent's and Envoy's "
+        "admin and xDS ports stay refused",
+    )
+    jwks_ca_file: str = Field(
+        default=SYSTEM_CA_FILE,
+        description="CA bundle on the gateways' hosts that HTTPS key sets (JWKS) are verified against, "
+        "when an API names no CA of its own",
+    )
+    xff_num_trusted_hops: int = Field(
+        default=0, ge=0, description="proxies in front of the gateways whose x-forwarded-for entries are trusted"
+    )
+    envoy_admin_address: Address = Field(
+        default="127.0.0.1:19000",
+        description="the gateways' Envoy admin (meshplane agent bootstrap --admin-port); no backend may target it",
     )

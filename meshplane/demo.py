@@ -147,6 +147,9 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             ENFORCER,
             "--ratelimiter-address",
             RATELIMITER,
+            "--allow-loopback-backends",  # the sample upstream listens on localhost
+            "--envoy-admin-address",
+            f"127.0.0.1:{ENVOY_ADMIN}",
             "--log-format",
             "text",
         )

@@ -1,15 +1,21 @@
 """The agent's admin HTTP endpoint: what it serves its gateways (`/config_dump`), `/metrics`, `/healthz`.
 
 Served from the agent's own event loop, so a dump reads the caches between two updates, never
-halfway through one.
+halfway through one. The dump holds every project's objects on the cluster: beyond loopback (or whenever
+the operator gives a token file) it asks for a bearer token; the probes and metrics stay open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
+import os
+import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -21,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
-from meshplane.config import split_address
+from meshplane.config import AgentSettings, split_address
 from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
 from meshplane.model.access import readable
 from meshplane.model.manifests import MANIFEST_TYPE
@@ -130,7 +136,75 @@ def _without_digests(dump: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return dump
 
 
-def admin_app(agent: Agent) -> Starlette:
+TOKEN_FILE = "admin-token"
+
+
+class AdminTokenError(ValueError):
+    """The admin token file given cannot be read, or holds no token."""
+
+
+def admin_token(settings: AgentSettings) -> str | None:
+    """The bearer token the config dump asks for: the operator's `admin_token_file`; else, with the admin
+    beyond loopback, one kept in the state directory (made on first start, readable by the agent's user
+    only); else none. AdminTokenError when the file has no token."""
+    if settings.admin_token_file is not None:
+        return _read_token(settings.admin_token_file)
+    host, _ = split_address(settings.admin_address)
+    if _is_loopback(host):
+        return None
+    path = settings.state_dir / TOKEN_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+    return _read_token(path)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise AdminTokenError(f"cannot read the admin token file {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise AdminTokenError(f"the admin token file {path} is empty")
+    return token
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _bearer_only(token: str | None, endpoint: Endpoint) -> Endpoint:
+    """`endpoint` for callers presenting `Authorization: Bearer <token>` (anyone when token is None)."""
+    if token is None:
+        return endpoint
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(request: Request) -> Response:
+        if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
+            return PlainTextResponse(
+                "the config dump needs the agent's admin token\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Bearer realm="meshplane-agent"'},
+            )
+        return await endpoint(request)
+
+    return guarded
+
+
+def admin_app(agent: Agent, token: str | None = None) -> Starlette:
+    """The admin endpoints of `agent`; with a token (see `admin_token`) the config dump asks for it."""
+
     async def dump(request: Request) -> Response:
         return JSONResponse(config_dump(agent))
 
@@ -142,7 +216,7 @@ def admin_app(agent: Agent) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/config_dump", dump),
+            Route("/config_dump", _bearer_only(token, dump)),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
         ]

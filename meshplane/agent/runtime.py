@@ -15,7 +15,7 @@ from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
 from meshplane import __version__
-from meshplane.agent.admin import AdminServer, admin_app
+from meshplane.agent.admin import AdminServer, admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
 from meshplane.agent.gateway import (
     ENFORCERS,
@@ -36,9 +36,10 @@ from meshplane.agent.service_catalog import ServiceCatalogSync
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.catalog import Catalog
-from meshplane.agent.translate.service_backends import service_key
+from meshplane.agent.translate.service_backends import LocalServices, service_key
 from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
-from meshplane.agent.translate.translate import api_views
+from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
+from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.kinds import APISpec, EastWestGateway
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
@@ -94,6 +95,8 @@ class Agent:
         # Credentials handed in are kept as they are; those from the settings' files follow the files.
         self._tls = None if channel_credentials is not None else AgentCredentials(settings)
         self.channel_credentials = channel_credentials or (self._tls.current if self._tls is not None else None)
+        # AdminTokenError (a token file without a token) stops the agent here too.
+        self.admin_token = admin_token(settings)
         self.gateway_cache = ResourceCache()
         gw_host, gw_port = split_address(settings.gateway_address)
         self.gateway_settings = GatewaySettings(
@@ -104,6 +107,9 @@ class Agent:
             enforcer_fail_open=settings.enforcer_failure_mode == "open",
             ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
             cluster_domain=settings.cluster_domain,
+            jwks_ca_file=settings.jwks_ca_file,
+            xff_num_trusted_hops=settings.xff_num_trusted_hops,
+            backends=backend_policy(settings),
         )
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
@@ -195,6 +201,23 @@ class Agent:
                 out[name] = good
         return out
 
+    def _services(self) -> LocalServices | None:
+        return self.services.specs() if self.services is not None else None
+
+    def _refuse(self, servable: dict[str, dict[str, Held]]) -> dict[str, str]:
+        """Take the APIs this cluster refuses (see translate.targets) out of `servable`, in place: an earlier
+        version that it accepted stays in force, as after a gateway's rejection. Returns those refused."""
+        apis = servable.get(API_TYPE, {})
+        resources = [held for held in apis.values() if isinstance(held, Resource)]
+        refused = refused_apis(resources, self.gateway_settings, self._services())
+        for name in refused:
+            good = self.serving.get(API_TYPE, {}).get(name)
+            if isinstance(good, Resource) and not refused_apis([good], self.gateway_settings, self._services()):
+                apis[name] = good
+            else:
+                apis.pop(name, None)
+        return refused
+
     async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
         now = time.time()
         resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
@@ -204,8 +227,8 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
         self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
         self._wake_at(catalog.next_expiry(now))
-        services = self.services.specs() if self.services is not None else None
-        return await self.publisher.publish(translate_apis(resources, self.gateway_settings, catalog, now, services))
+        config = translate_apis(resources, self.gateway_settings, catalog, now, self._services())
+        return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
@@ -236,28 +259,40 @@ class Agent:
         async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
             assert self.state is not None
             servable = self._servable()
+            refused = self._refuse(servable)
             outcome = await self._publish(servable)
             if outcome.state is DeliveryState.FAILED and changed:
                 log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
                 for (type_url, name), version in changed.items():
-                    await self.state.reject(type_url, name, version)
+                    if not (type_url == API_TYPE and name in refused):  # refused here, never offered to Envoy
+                        await self.state.reject(type_url, name, version)
                 servable = self._servable()
+                self._refuse(servable)
                 await self._publish(servable)
             if outcome.state is not DeliveryState.FAILED or changed:
                 self.serving = servable
-            if changed and report and self.reporter is not None:
-                state = _DELIVERY_STATES[outcome.state]
+            reported = {**self._refusals_changed(refused), **(changed if report and changed else {})}
+            await self.state.keep_refused(refused)
+            if reported and self.reporter is not None:
                 await self.reporter.report_status(
                     [
-                        control_plane_pb2.ObjectDelivery(
-                            type_url=type_url, name=name, version=version, state=state, message=outcome.message
-                        )
-                        for (type_url, name), version in changed.items()
+                        _delivery(type_url, name, version, outcome, refused if type_url == API_TYPE else {})
+                        for (type_url, name), version in reported.items()
                         if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
                     ]
                 )
         if self.kube is not None:
             self.kube.trigger()
+
+    def _refusals_changed(self, refused: Mapping[str, str]) -> dict[tuple[str, str], str]:
+        """Delivered APIs whose refusal here began, ended or changed reason without a new version (the
+        agent's settings changed across a restart, or a service backend moved): their status must say so."""
+        assert self.state is not None
+        versions = self.state.versions(API_TYPE)
+        local = self.local.objects if self.local is not None else {}
+        before = self.state.refused
+        names = {name for name in {*refused, *before} if refused.get(name) != before.get(name)}
+        return {(API_TYPE, name): versions[name] for name in sorted(names) if name in versions and name not in local}
 
     def _kube_desired(self) -> dict[ObjectKey, DesiredObject]:
         """What this cluster's Kubernetes should hold now: every held API object and rendered manifest."""
@@ -278,15 +313,18 @@ class Agent:
             if isinstance(held, Resource) and held.metadata.origin == origin
         ]
 
-    async def keep_local(self, project: str, name: str, api: Resource | None) -> None:
-        """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon."""
+    async def keep_local(self, project: str, name: str, api: Resource | None) -> str | None:
+        """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon.
+        Returns why this cluster will not serve it (see translate.targets), or None."""
         assert self.local is not None
         key = resource_name(project, name)
+        refusal = refused_apis([api], self.gateway_settings, self._services()).get(key) if api is not None else None
         if not await self.local.keep(key, api):
-            return
+            return refusal
         self._local_changes[(API_TYPE, key)] = self.local.versions().get(key)
         if self._local_task is None or self._local_task.done():
             self._local_task = asyncio.create_task(self._serve_local(), name="local-apis")
+        return refusal
 
     async def _serve_local(self) -> None:
         """Rebuild for the local changes; those made during a rebuild are taken by one more, together."""
@@ -421,7 +459,7 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = AdminServer(admin_app(self), self.settings.admin_address)
+        admin = AdminServer(admin_app(self, self.admin_token), self.settings.admin_address)
         await admin.start()
         await xds.start()
         log.info(
@@ -475,6 +513,30 @@ class Agent:
             if kube_client is not None:
                 await kube_client.close()
             await self.state.close()
+
+
+def backend_policy(settings: AgentSettings) -> BackendPolicy:
+    """What this agent's gateways may reach for an API: never its own admin and xDS, nor Envoy's admin."""
+    ports = (
+        ("the agent's xDS", settings.xds_address),
+        ("the agent's admin", settings.admin_address),
+        ("Envoy's admin", settings.envoy_admin_address),
+    )
+    return BackendPolicy(
+        allow_loopback=settings.allow_loopback_backends,
+        protected=tuple(ProtectedPort(what, *split_address(address)) for what, address in ports),
+    )
+
+
+def _delivery(
+    type_url: str, name: str, version: str, outcome: PublishOutcome, refused: Mapping[str, str]
+) -> control_plane_pb2.ObjectDelivery:
+    """How one object fared: refused by this cluster (with the reason), else as the gateways took the whole."""
+    if name in refused:
+        state, message = control_plane_pb2.FAILED, f"not served on this cluster: {refused[name]}"
+    else:
+        state, message = _DELIVERY_STATES[outcome.state], outcome.message
+    return control_plane_pb2.ObjectDelivery(type_url=type_url, name=name, version=version, state=state, message=message)
 
 
 def _kube_client(settings: AgentSettings) -> KubeClient | None:

@@ -7,6 +7,7 @@ It survives restarts, so an agent serves its gateways from it before the control
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -60,12 +61,16 @@ class LocalState:
         held: dict[str, dict[str, HeldResource]],
         rejected: dict[tuple[str, str], str],
         instance: str,
+        refused: dict[str, str] | None = None,
     ):
         self._db = db
         self._held = held
         self.rejected = rejected
         self.instance = instance
         """A random id of this state, so report keys never repeat even after the state is wiped."""
+        self.refused: dict[str, str] = refused or {}
+        """APIs the agent last refused to serve, with the reasons; kept across restarts, so a refusal that a
+        restart with other settings ends (or begins) is reported."""
 
     @classmethod
     async def open(cls, state_dir: Path) -> LocalState:
@@ -84,7 +89,9 @@ class LocalState:
         await db.commit()
         async with db.execute("SELECT value FROM meta WHERE key = 'instance'") as rows:
             (instance,) = await rows.fetchone()  # type: ignore[misc]
-        return cls(db, held, rejected, instance)
+        async with db.execute("SELECT value FROM meta WHERE key = 'refused'") as rows:
+            row = await rows.fetchone()
+        return cls(db, held, rejected, instance, json.loads(row[0]) if row else {})
 
     async def close(self) -> None:
         await self._db.close()
@@ -120,6 +127,16 @@ class LocalState:
         )
         await self._db.commit()
         self.rejected[(type_url, name)] = version
+
+    async def keep_refused(self, refused: Mapping[str, str]) -> None:
+        """Remember which APIs are refused now (a write only when that changed)."""
+        if dict(refused) == self.refused:
+            return
+        await self._db.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('refused', ?)", (json.dumps(dict(refused)),)
+        )
+        await self._db.commit()
+        self.refused = dict(refused)
 
     async def enqueue_report(self, body: bytes) -> int:
         """Keep a report until the server has taken it; its sequence number makes its idempotency key."""

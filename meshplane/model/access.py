@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
+from cryptography import x509
 from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator, model_validator
 
 from meshplane.model.base import WireModel
@@ -98,7 +99,9 @@ class JwtAuth(WireModel):
     jwks: str | None = None
     """The provider's JSON Web Key Set, inline."""
     jwks_uri: AnyHttpUrl | None = None
-    """Or where to fetch it from; the gateway caches it."""
+    """Or where to fetch it from; the gateway caches it. Over HTTPS the server is verified for the URI's host."""
+    jwks_ca_certificates: str | None = None
+    """PEM certificates of the CAs an https jwksUri is verified against; default: the gateways' system store."""
     header: HeaderName = "authorization"
     """The header carrying `Bearer <token>`."""
     scopes_claim: str = Field(default="scope", min_length=1)
@@ -115,6 +118,17 @@ class JwtAuth(WireModel):
             keys = None
         if not isinstance(keys, list) or not keys:
             raise ValueError('must be a JSON Web Key Set: {"keys": [...]}')
+        return text
+
+    @field_validator("jwks_ca_certificates")
+    @classmethod
+    def _pem_certificates(cls, text: str | None) -> str | None:
+        if text is None:
+            return None
+        try:
+            x509.load_pem_x509_certificates(text.encode())
+        except ValueError:
+            raise ValueError("must be PEM certificates (-----BEGIN CERTIFICATE-----)") from None
         return text
 
     @model_validator(mode="after")

@@ -6,7 +6,7 @@ import re
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator
 
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
@@ -194,9 +194,16 @@ class APISpec(WireModel):
             for index, op in enumerate(self.operations)
             if op.scopes and not jwt
         ]
+        user = self.authentication.jwt if self.authentication is not None else None
+        if user is not None and user.jwks_ca_certificates is not None and not _https(user.jwks_uri):
+            problems.append(("authentication.jwt.jwksCaCertificates", "only with an https jwksUri"))
         for index, backend in enumerate(self.backends):
             if backend.host is None and backend.service is None:
                 problems.append((f"backends[{index}].host", "a backend needs a host or a service"))
             elif backend.host is not None and backend.service is not None:
                 problems.append((f"backends[{index}].service", "a backend has a host or a service, not both"))
         return problems
+
+
+def _https(uri: AnyHttpUrl | None) -> bool:
+    return uri is not None and uri.scheme == "https"

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.harness.envoy import EnvoyProcess, run_envoy
 from tests.harness.gateway import Gateway, status
+from tests.harness.identity import IdentityProvider
 from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_enforcer, run_ratelimiter, run_server
 from tests.harness.process import free_port
 from tests.harness.redis import RedisServer
@@ -54,20 +55,6 @@ def issue(api: httpx.Client, app: str, **body: Any) -> dict[str, Any]:
     response = api.post(f"/v1/projects/{PROJECT}/applications/{app}/keys", json=body)
     assert response.status_code == 201, response.text
     return response.json()
-
-
-class IdentityProvider:
-    """Signs user tokens as an OpenID provider would; its public key goes inline into the API."""
-
-    def __init__(self) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        public = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.key.public_key()))
-        self.jwks = json.dumps({"keys": [{**public, "kid": "idp-1", "alg": "ES256"}]})
-
-    def token(self, key: ec.EllipticCurvePrivateKey | None = None, **claims: Any) -> str:
-        now = int(time.time())
-        body = {"iss": ISSUER, "aud": "orders", "sub": "alice", "iat": now, "exp": now + 300, **claims}
-        return jwt.encode(body, key or self.key, algorithm="ES256", headers={"kid": "idp-1"})
 
 
 def api_doc(name: str, base_path: str, port: int, **spec: Any) -> dict[str, Any]:
@@ -187,7 +174,7 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("access")
-    idp = IdentityProvider()
+    idp = IdentityProvider(ISSUER, "orders")
     with (
         run_upstream("orders") as (port, _),
         run_server(tmp) as server,
@@ -363,7 +350,7 @@ def orders_port() -> Iterator[int]:
 def test_enforcer_down_fails_closed_and_the_native_path_carries_on(
     tmp_path: Path, orders_port: int, redis_server: RedisServer
 ) -> None:
-    idp = IdentityProvider()
+    idp = IdentityProvider(ISSUER, "orders")
     with (
         run_server(tmp_path) as server,
         data_plane(tmp_path, server, "edge", None, limiter=False) as (agent, _, services),

@@ -17,9 +17,10 @@ import httpx
 import pytest
 
 from meshplane.dataplane import RATELIMIT_DOMAIN
-from tests.e2e.test_access import IdentityProvider, data_plane, declare
+from tests.e2e.test_access import ISSUER, data_plane, declare
 from tests.harness.envoy import EnvoyProcess
 from tests.harness.gateway import Gateway, status
+from tests.harness.identity import IdentityProvider
 from tests.harness.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
 from tests.harness.metrics import Scrape
 from tests.harness.process import Process, wait_until
@@ -98,7 +99,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> 
         wait_until(lambda: synced(observed.scrape_server()), 30, "the agent to connect and sync")
         observed.before = observed.scrape()
 
-        observed.keys = declare(api, port, IdentityProvider())
+        observed.keys = declare(api, port, IdentityProvider(ISSUER, "orders"))
         good = {"x-api-key": observed.keys["good"]}
         gateway.wait_for("/signed/items", status(200), headers=good, timeout=30)
         gateway.wait_for("/opaque/items", status(200), headers=good, timeout=30)

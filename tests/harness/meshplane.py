@@ -188,10 +188,12 @@ def run_agent(
     ports: tuple[int, int] | None = None,
     kubeconfig: Path | None = None,
     extra: Sequence[str] = (),
+    allow_loopback_backends: bool = True,
 ) -> Iterator[AgentProcess]:
     """An agent for `cluster`, its state under tmp_path/agent-<cluster> (kept across restarts);
     `ports` (xds, gateway) lets a restarted agent come back where its Envoys expect it; with
     `kubeconfig`, it applies what it holds to that Kubernetes API server; `extra` adds flags.
+    Tests run their upstreams on loopback, so the agent allows loopback backends unless told not to.
 
     Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
     address, from the CA in tmp_path/server (run_server's default), created there if the server has
@@ -227,6 +229,7 @@ def run_agent(
         argv += ["--label", f"{key}={value}"]
     # Never the Kubernetes of a pod the tests may run in: only the one a test gives.
     argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig is not None else ["--no-in-cluster"]
+    argv += ["--allow-loopback-backends"] if allow_loopback_backends else []
     argv += extra
     with running(argv, tmp_path / f"agent-{cluster}.log") as process:
         process.wait_ready(lambda: all(map(port_open, (xds_port, admin_port))), 30.0, "the agent's xDS and admin ports")

@@ -5,17 +5,19 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 @contextlib.contextmanager
-def run_upstream(name: str) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def run_upstream(name: str, *, delay: float = 0.0, status: int = 200) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
-    `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`."""
+    `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
+    Each answer comes `delay` seconds after its request, with `status`."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name=f"upstream-{name}", daemon=True)
     thread.start()
@@ -27,7 +29,7 @@ def run_upstream(name: str) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         thread.join(timeout=5)
 
 
-def _handler(name: str, seen: list[dict[str, Any]]) -> type[BaseHTTPRequestHandler]:
+def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body leave at once, not one delayed ACK apart
@@ -41,8 +43,9 @@ def _handler(name: str, seen: list[dict[str, Any]]) -> type[BaseHTTPRequestHandl
                 "headers": {key.lower(): value for key, value in self.headers.items()},
             }
             seen.append(request)
+            time.sleep(delay)
             body = json.dumps(request).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -28,6 +28,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Service": ("/api/v1", "services", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
     "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
@@ -39,6 +40,7 @@ API_VERSIONS = {
     "Service": "v1",
     "Deployment": "apps/v1",
     "PodDisruptionBudget": "policy/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
@@ -220,6 +222,31 @@ def test_the_agent_takes_cluster_and_server_from_its_configmap() -> None:
     assert 18001 in {port["containerPort"] for port in container["ports"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "meshplane-agent-tls"
+
+
+def test_the_agents_admin_listens_on_loopback_and_only_xds_clients_reach_its_xds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in [v for v in os.environ if v.startswith("MESHPLANE_")]:
+        monkeypatch.delenv(variable)
+    path = tmp_path / "agent.toml"
+    path.write_text(find("agent", "ConfigMap", "meshplane-agent")["data"]["agent.toml"])
+    settings = AgentSettings.load(path)
+    assert settings.admin_address.startswith("127.0.0.1:")
+    deployment = find("agent", "Deployment", "meshplane-agent")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert [port["containerPort"] for port in container["ports"]] == [18001]
+    assert "127.0.0.1:18003/healthz" in " ".join(container["livenessProbe"]["exec"]["command"])
+
+    policy = find("agent", "NetworkPolicy", "meshplane-agent")["spec"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": 18001, "protocol": "TCP"}]
+    assert rule["from"] == [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"meshplane.io/xds-client": "true"}}}
+    ]
 
 
 def test_the_agent_cluster_role_grants_exactly_what_the_agent_uses() -> None:

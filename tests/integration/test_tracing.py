@@ -96,6 +96,7 @@ async def agent_running(tmp_path: Path, server_address: str) -> AsyncIterator[Ag
         xds_address=f"127.0.0.1:{free_port()}",
         gateway_address=f"127.0.0.1:{free_port()}",
         admin_address=f"127.0.0.1:{free_port()}",
+        allow_loopback_backends=True,
     )
     agent = Agent(settings)
     stop = asyncio.Event()

@@ -32,7 +32,8 @@ from meshplane.proto.v1 import control_plane_pb2
 log = get_logger("meshplane.agent.kube.operator")
 
 ReportObjects = Callable[[list[control_plane_pb2.LocalObject]], Awaitable[None]]
-KeepLocal = Callable[[str, str, Resource | None], Awaitable[None]]
+KeepLocal = Callable[[str, str, Resource | None], Awaitable[str | None]]
+"""Serve (namespace, name) as this API (None: not at all); answers why the cluster will not, or None."""
 WATCHED_KIND = "API"
 ACCEPTED = "Accepted"
 
@@ -90,7 +91,8 @@ class KubeOperator:
         is_delivered: Callable[[ObjectKey], bool] = lambda key: False,
     ):
         """`on_managed(obj, deleted)` is told of every event on a managed CR; `keep_local(namespace, name,
-        api)` of every local one as it should be served (None: not at all); `known_local()` names the
+        api)` of every local one as it should be served (None: not at all), and answers why the cluster
+        will not serve it (its `Accepted` condition says so); `known_local()` names the
         (namespace, name) of local objects known before (so deletions while the agent was down count
         too); `is_delivered(key)` says the control plane delivers an object there (never local)."""
         self.client = client
@@ -143,8 +145,8 @@ class KubeOperator:
             problem = None
         except InvalidObject as exc:
             api, problem = None, str(exc)
-        await self.keep_local(namespace, name, api)
-        await self._set_accepted(obj, problem)
+        refusal = await self.keep_local(namespace, name, api)
+        await self._set_accepted(obj, problem or refusal)
         if problem:  # the control plane would refuse it just the same
             self._reported[(namespace, name)] = fingerprint
             log.warning("a locally made API is invalid; not served", project=namespace, name=name, reason=problem)

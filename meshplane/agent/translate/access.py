@@ -34,14 +34,14 @@ from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
-from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.catalog import Catalog
-from meshplane.agent.translate.clusters import inline_cluster
+from meshplane.agent.translate.clusters import inline_cluster, is_ip_literal
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
 from meshplane.dataplane import (
@@ -158,7 +158,7 @@ class AccessPlan:
                 self.providers.setdefault(_key_provider_name(auth.api_key), _key_provider(auth.api_key, jwks))
                 self.uses_rbac = True
         elif auth.jwt is not None:
-            provider, cluster = _user_provider(api, auth.jwt)
+            provider, cluster = _user_provider(api, auth.jwt, self.settings.jwks_ca_file)
             self.providers[_user_provider_name(api)] = provider
             if cluster is not None:
                 self.clusters.append(cluster)
@@ -398,7 +398,9 @@ def _key_provider(auth: ApiKeyAuth, jwks: str) -> jwt_pb2.JwtProvider:
     return provider
 
 
-def _user_provider(api: Api, jwt: JwtAuth) -> tuple[jwt_pb2.JwtProvider, cluster_pb2.Cluster | None]:
+def _user_provider(
+    api: Api, jwt: JwtAuth, system_ca_file: str
+) -> tuple[jwt_pb2.JwtProvider, cluster_pb2.Cluster | None]:
     provider = jwt_pb2.JwtProvider(
         issuer=jwt.issuer,
         audiences=jwt.audiences,
@@ -423,7 +425,7 @@ def _user_provider(api: Api, jwt: JwtAuth) -> tuple[jwt_pb2.JwtProvider, cluster
         connect_timeout=duration("5s"),
     )
     if tls:
-        context = tls_pb2.UpstreamTlsContext(sni=parts.hostname or "")
+        context = _verified_tls(parts.hostname or "", jwt.jwks_ca_certificates, system_ca_file)
         cluster.transport_socket.name = "envoy.transport_sockets.tls"
         cluster.transport_socket.typed_config.CopyFrom(packed(context))
     provider.remote_jwks.CopyFrom(
@@ -434,6 +436,29 @@ def _user_provider(api: Api, jwt: JwtAuth) -> tuple[jwt_pb2.JwtProvider, cluster
         )
     )
     return provider, cluster
+
+
+def _verified_tls(host: str, ca_certificates: str | None, system_ca_file: str) -> tls_pb2.UpstreamTlsContext:
+    """TLS to a key set server that must prove it is `host`, by a certificate from the API's CAs or else from
+    the system's: a key set from anyone else would let them sign users' tokens."""
+    trusted = (
+        base_pb2.DataSource(inline_string=ca_certificates)
+        if ca_certificates is not None
+        else base_pb2.DataSource(filename=system_ca_file)
+    )
+    san_type = (
+        common_pb2.SubjectAltNameMatcher.IP_ADDRESS if is_ip_literal(host) else common_pb2.SubjectAltNameMatcher.DNS
+    )
+    validation = common_pb2.CertificateValidationContext(
+        trusted_ca=trusted,
+        match_typed_subject_alt_names=[
+            common_pb2.SubjectAltNameMatcher(san_type=san_type, matcher=string_pb2.StringMatcher(exact=host))
+        ],
+    )
+    context = tls_pb2.UpstreamTlsContext(common_tls_context=tls_pb2.CommonTlsContext(validation_context=validation))
+    if not is_ip_literal(host):
+        context.sni = host
+    return context
 
 
 def service_cluster(name: str, address: str) -> cluster_pb2.Cluster:

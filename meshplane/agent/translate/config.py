@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
+
+from meshplane.agent.translate.targets import BackendPolicy
+from meshplane.config import SYSTEM_CA_FILE
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,13 @@ class GatewaySettings:
     """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
     cluster_domain: str = "cluster.local"
     """The DNS domain of the cluster's services (`<service>.<namespace>.svc.<domain>`)."""
+    jwks_ca_file: str = SYSTEM_CA_FILE
+    """CA bundle, on the gateways' hosts, that remote key sets over HTTPS are verified against when the API
+    names no CA of its own."""
+    xff_num_trusted_hops: int = 0
+    """Proxies of the operator's in front of the gateway whose x-forwarded-for entries are trusted."""
+    backends: BackendPolicy = field(default_factory=BackendPolicy)
+    """What APIs may make the gateway reach here (see `targets`); APIs that ask for more are refused."""
 
 
 @dataclass(frozen=True)
@@ -39,3 +49,5 @@ class EnvoyConfig:
     routes: list[route_pb2.RouteConfiguration]
     clusters: list[cluster_pb2.Cluster]
     endpoints: list[endpoint_pb2.ClusterLoadAssignment]
+    refused: dict[str, str] = field(default_factory=dict)
+    """APIs left out (`project/name`), each with the reason: what they would make the gateway reach."""

@@ -23,7 +23,12 @@ def gateway_listener(
 ) -> listener_pb2.Listener:
     """Paths are normalized and slashes merged before matching, so `/orders/../admin` or `//admin` cannot
     reach a route meant for something else; the port in Host is ignored when picking a virtual host.
-    `filters` (checks and limits) run in order before the router."""
+    `filters` (checks and limits) run in order before the router.
+
+    The gateway is the edge: the client address is the connection's peer (or, behind `xff_num_trusted_hops`
+    proxies of the operator's, the address the outermost of them appended), which is what the upstream finds
+    last in x-forwarded-for and in x-envoy-external-address, and what logs and source checks see. A caller's
+    own x-envoy-* headers (timeouts, retries) are dropped, since no address is configured as internal."""
     manager = hcm_pb2.HttpConnectionManager(
         stat_prefix=settings.listener_name,
         codec_type=hcm_pb2.HttpConnectionManager.AUTO,
@@ -32,6 +37,8 @@ def gateway_listener(
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
         strip_any_host_port=True,
+        use_remote_address=wrappers_pb2.BoolValue(value=True),
+        xff_num_trusted_hops=settings.xff_num_trusted_hops,
     )
     if local_reply is not None:
         manager.local_reply_config.CopyFrom(local_reply)

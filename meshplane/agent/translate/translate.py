@@ -18,6 +18,7 @@ from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
+from meshplane.agent.translate.targets import api_refusal
 from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
 
@@ -31,6 +32,22 @@ def api_views(apis: Iterable[Resource]) -> list[Api]:
     return views
 
 
+def refused_apis(
+    apis: Iterable[Resource], settings: GatewaySettings, services: LocalServices | None = None
+) -> dict[str, str]:
+    """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`)."""
+    return _refusals([resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)], settings)
+
+
+def _refusals(views: Iterable[Api], settings: GatewaySettings) -> dict[str, str]:
+    refused = {}
+    for api in views:
+        reason = api_refusal(api, settings.backends)
+        if reason is not None:
+            refused[f"{api.project}/{api.name}"] = reason
+    return refused
+
+
 def translate_apis(
     apis: Iterable[Resource],
     settings: GatewaySettings,
@@ -42,12 +59,15 @@ def translate_apis(
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
     `catalog` says who may call what (applications, subscriptions, keys, limits); `now` decides which key
     records have run out; `services` are the cluster's Kubernetes services, when known, for the backends
-    that name one (see `service_backends`).
+    that name one (see `service_backends`). An API that would make the gateway reach what this cluster
+    forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     Output never depends on input order.
     """
-    views = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
+    resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
+    refused = _refusals(resolved, settings)
+    views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
     catalog = catalog or Catalog()
     access = AccessPlan.of(views, settings, catalog, time.time() if now is None else now)
     limits = LimitPlan.of(views, settings, catalog)
@@ -80,4 +100,5 @@ def translate_apis(
         routes=sorted(routes, key=lambda table: table.name),
         clusters=sorted(clusters, key=lambda cluster: cluster.name),
         endpoints=sorted(endpoints, key=lambda assignment: assignment.cluster_name),
+        refused=refused,
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from meshplane.agent.translate.targets import BackendPolicy
 from meshplane.model.kinds import HttpMethod
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
@@ -16,6 +17,8 @@ LITERALS = ["items", "v1", "a.b", "x-y", "a+b", "(c)", "d$", "~e", "f&g", "h=i",
 """Literal path segments, including every regex metacharacter a path segment may hold."""
 HOSTNAMES = ["*", "a.com", "*.a.com", "b.a.com", "c.org"]
 METHODS = [method.value for method in HttpMethod]
+LOOPBACK = BackendPolicy(allow_loopback=True)
+"""What these tests' gateways allow: their backends listen on loopback, as a local setup's do."""
 
 
 def api(name: str, project: str = "shop", **spec: Any) -> Resource:

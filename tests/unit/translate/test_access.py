@@ -21,13 +21,13 @@ from meshplane.dataplane import ENFORCER_API_TYPE, ENFORCER_APPLICATION_TYPE, RA
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
 from tests.harness.envoy import validate
-from tests.unit.translate.factories import api, backend
+from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 
 NOW = 1_800_000_000.0
 JWK = {"kty": "EC", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "kid": "k1", "alg": "ES256"}
 JWK["y"] = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"
-SERVICES = GatewaySettings(enforcer_address="127.0.0.1:18081", ratelimiter_address="127.0.0.1:18082")
+SERVICES = GatewaySettings(backends=LOOPBACK, enforcer_address="127.0.0.1:18081", ratelimiter_address="127.0.0.1:18082")
 
 
 def obj(kind: str, name: str, spec: dict[str, Any], project: str | None = "shop", uid: str | None = None) -> Resource:
@@ -156,7 +156,7 @@ def test_opaque_keys_go_to_the_enforcer_or_answer_503_without_one() -> None:
     opaque = orders(authentication={"apiKey": {"mode": "opaque", "query": "key"}})
 
     with_enforcer = translate_apis([opaque], SERVICES, catalog(), NOW)
-    without = translate_apis([opaque], GatewaySettings(), catalog(), NOW)
+    without = translate_apis([opaque], GatewaySettings(backends=LOOPBACK), catalog(), NOW)
 
     assert "envoy.filters.http.ext_authz" in filter_names(with_enforcer)
     assert manager(with_enforcer).http_filters[1].disabled
@@ -207,7 +207,7 @@ def test_local_limits_share_one_filter_and_global_ones_need_the_limiter() -> Non
         "rateLimit": {"requestsPerUnit": 100, "unit": "minute"},
     }
     with_limiter = translate_apis([orders(**spec)], SERVICES, catalog(*policies), NOW)
-    without = translate_apis([orders(**spec)], GatewaySettings(), catalog(*policies), NOW)
+    without = translate_apis([orders(**spec)], GatewaySettings(backends=LOOPBACK), catalog(*policies), NOW)
 
     assert filter_names(with_limiter)[-3:] == [
         "envoy.filters.http.local_ratelimit",

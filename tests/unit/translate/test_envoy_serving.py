@@ -16,7 +16,7 @@ from meshplane.agent.translate import GatewaySettings, translate_apis
 from tests.harness.envoy import EnvoyProcess, envoy_binary, run_envoy_config
 from tests.harness.process import free_port
 from tests.harness.upstream import run_upstream
-from tests.unit.translate.factories import api, backend
+from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 
 pytestmark = pytest.mark.envoy
@@ -81,7 +81,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             ),
         ]
         port = free_port()
-        config = translate_apis(apis, GatewaySettings(listener_port=port))
+        config = translate_apis(apis, GatewaySettings(backends=LOOPBACK, listener_port=port))
         tmp_path: Path = tmp_path_factory.mktemp("envoy")
         envoy = stack.enter_context(
             run_envoy_config(tmp_path, "gateway", static_bootstrap(config, admin_port=free_port()))

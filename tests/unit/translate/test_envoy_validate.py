@@ -11,7 +11,7 @@ from meshplane.agent.bootstrap import bootstrap_yaml, envoy_bootstrap
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
 from tests.harness.envoy import envoy_binary, validate
-from tests.unit.translate.factories import api, api_sets, backend, example_api
+from tests.unit.translate.factories import LOOPBACK, api, api_sets, backend, example_api
 from tests.unit.translate.static_config import static_bootstrap
 
 pytestmark = pytest.mark.envoy
@@ -43,11 +43,11 @@ def test_bootstrap_yaml_is_the_bootstrap() -> None:
 
 
 def test_envoy_accepts_the_example_api(tmp_path: Path) -> None:
-    assert_valid(tmp_path, static_bootstrap(translate_apis([example_api()], GatewaySettings())))
+    assert_valid(tmp_path, static_bootstrap(translate_apis([example_api()], GatewaySettings(backends=LOOPBACK))))
 
 
 def test_envoy_accepts_no_apis(tmp_path: Path) -> None:
-    assert_valid(tmp_path, static_bootstrap(translate_apis([], GatewaySettings())))
+    assert_valid(tmp_path, static_bootstrap(translate_apis([], GatewaySettings(backends=LOOPBACK))))
 
 
 def test_envoy_accepts_long_templated_paths(tmp_path: Path) -> None:
@@ -61,10 +61,12 @@ def test_envoy_accepts_long_templated_paths(tmp_path: Path) -> None:
             backends=[backend(basePath="/internal/v1")],
         )
     ]
-    assert_valid(tmp_path, static_bootstrap(translate_apis(apis, GatewaySettings())))
+    assert_valid(tmp_path, static_bootstrap(translate_apis(apis, GatewaySettings(backends=LOOPBACK))))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(api_sets(max_size=4))
 def test_envoy_accepts_generated_apis(tmp_path: Path, apis: list[Resource]) -> None:
-    assert_valid(tmp_path, static_bootstrap(translate_apis(apis, GatewaySettings(listener_port=10001))))
+    assert_valid(
+        tmp_path, static_bootstrap(translate_apis(apis, GatewaySettings(backends=LOOPBACK, listener_port=10001)))
+    )

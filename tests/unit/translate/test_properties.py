@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import LITERALS, METHODS, api_sets
+from tests.unit.translate.factories import LITERALS, LOOPBACK, METHODS, api_sets
 from tests.unit.translate.route_table import forwarded_path, select
 
-SETTINGS = GatewaySettings()
+SETTINGS = GatewaySettings(backends=LOOPBACK)
 
 
 def serialized(config: EnvoyConfig) -> list[list[bytes]]:

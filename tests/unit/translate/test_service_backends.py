@@ -12,10 +12,10 @@ from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_ap
 from meshplane.agent.translate.service_backends import LocalServices
 from meshplane.model.services import ServiceEndpointSpec
 from tests.harness.envoy import envoy_binary, validate
-from tests.unit.translate.factories import api, backend
+from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 
-SETTINGS = GatewaySettings()
+SETTINGS = GatewaySettings(backends=LOOPBACK)
 CLUSTER = "api.shop.orders.0"
 
 
@@ -61,7 +61,8 @@ def test_a_service_with_a_cluster_ip_is_an_eds_cluster_at_that_ip_and_the_servic
 
 
 @pytest.mark.parametrize(
-    ("settings", "domain"), [(SETTINGS, "cluster.local"), (GatewaySettings(cluster_domain="corp"), "corp")]
+    ("settings", "domain"),
+    [(SETTINGS, "cluster.local"), (GatewaySettings(backends=LOOPBACK, cluster_domain="corp"), "corp")],
 )
 def test_without_the_clusters_services_the_cluster_dns_name_is_resolved_by_envoy(
     settings: GatewaySettings, domain: str

@@ -12,10 +12,10 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import api, backend, example_api
+from tests.unit.translate.factories import LOOPBACK, api, backend, example_api
 from tests.unit.translate.route_table import forwarded_path, select
 
-SETTINGS = GatewaySettings()
+SETTINGS = GatewaySettings(backends=LOOPBACK)
 
 
 def translate(*apis: Resource) -> EnvoyConfig:
@@ -98,7 +98,7 @@ def test_no_apis_still_has_a_listener_and_an_empty_route_table() -> None:
 
 def test_settings_name_and_place_the_listener() -> None:
     settings = GatewaySettings(
-        listener_address="0.0.0.0", listener_port=8080, listener_name="edge", route_config_name="rt"
+        backends=LOOPBACK, listener_address="0.0.0.0", listener_port=8080, listener_name="edge", route_config_name="rt"
     )
     config = translate_apis([], settings)
     (listener,) = config.listeners
