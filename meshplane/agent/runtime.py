@@ -17,6 +17,7 @@ from google.protobuf import any_pb2
 from meshplane import __version__
 from meshplane.agent.admin import AdminServer, admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
+from meshplane.agent.deliveries import delivery_reports
 from meshplane.agent.gateway import (
     ENFORCERS,
     ENVOY_TYPE_ORDER,
@@ -62,11 +63,6 @@ log = get_logger("meshplane.agent")
 API_TYPE = REGISTRY.get("API").type_url
 ACCESS_KINDS = ("Application", "Subscription", "RateLimitPolicy", "ApplicationKey", "KeySet")
 ACCESS_TYPES = tuple(REGISTRY.get(kind).type_url for kind in ACCESS_KINDS)
-_DELIVERY_STATES = {
-    DeliveryState.PENDING: control_plane_pb2.PENDING,
-    DeliveryState.APPLIED: control_plane_pb2.APPLIED,
-    DeliveryState.FAILED: control_plane_pb2.FAILED,
-}
 
 
 Held = Resource | dict[str, Any]
@@ -274,13 +270,7 @@ class Agent:
             reported = {**self._refusals_changed(refused), **(changed if report and changed else {})}
             await self.state.keep_refused(refused)
             if reported and self.reporter is not None:
-                await self.reporter.report_status(
-                    [
-                        _delivery(type_url, name, version, outcome, refused if type_url == API_TYPE else {})
-                        for (type_url, name), version in reported.items()
-                        if type_url != MANIFEST_TYPE  # rendered manifests report once they are applied to Kubernetes
-                    ]
-                )
+                await self.reporter.report_status(delivery_reports(reported, outcome, refused))
         if self.kube is not None:
             self.kube.trigger()
 
@@ -526,17 +516,6 @@ def backend_policy(settings: AgentSettings) -> BackendPolicy:
         allow_loopback=settings.allow_loopback_backends,
         protected=tuple(ProtectedPort(what, *split_address(address)) for what, address in ports),
     )
-
-
-def _delivery(
-    type_url: str, name: str, version: str, outcome: PublishOutcome, refused: Mapping[str, str]
-) -> control_plane_pb2.ObjectDelivery:
-    """How one object fared: refused by this cluster (with the reason), else as the gateways took the whole."""
-    if name in refused:
-        state, message = control_plane_pb2.FAILED, f"not served on this cluster: {refused[name]}"
-    else:
-        state, message = _DELIVERY_STATES[outcome.state], outcome.message
-    return control_plane_pb2.ObjectDelivery(type_url=type_url, name=name, version=version, state=state, message=message)
 
 
 def _kube_client(settings: AgentSettings) -> KubeClient | None:
