@@ -39,7 +39,16 @@ def shared_database(postgres_server: PostgresServer) -> Iterator[str]:
 
 # --- end of the PostgreSQL block ---
 
-# --- Store: an empty one on SQLite per test, for tests that use it in process ---
+# --- Store: an empty one on SQLite per test, for tests that use it in process; `store_url` for tests that run on
+# both backends ---
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """SQLite in a temp file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'meshplane.db'}"
+    return request.getfixturevalue("postgres_url")
 
 
 @pytest.fixture
