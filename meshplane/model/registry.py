@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from google.protobuf.message import Message
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from meshplane.model.access import (
     ApplicationKeySpec,
@@ -84,10 +84,14 @@ class KindInfo:
     model: type[Resource] = field(init=False)
 
     def __post_init__(self) -> None:
+        # A spec whose every field has a default may be left out, as Kubernetes takes a Namespace without one.
+        optional_spec = not any(field.is_required() for field in self.spec.model_fields.values())
+        spec_field = {"spec": (self.spec, Field(default_factory=self.spec))} if optional_spec else {}
         model = create_model(
             self.kind,
             __base__=Resource[self.spec, self.status],  # type: ignore[name-defined]
             kind=(Literal[self.kind], self.kind),  # type: ignore[valid-type]
+            **spec_field,  # type: ignore[arg-type]
         )
         object.__setattr__(self, "model", model)
 
