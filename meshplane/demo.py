@@ -2,7 +2,7 @@
 
 Server (SQLite), one agent for cluster `demo` with its enforcer and rate limiter, a real Envoy and a
 sample upstream, each a child process with its log under the data directory; all of them stop when
-the demo stops.
+the demo stops, and die with it if it is killed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from meshplane.agent.bootstrap import bootstrap_yaml
+from meshplane.child_processes import start_child
 from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
 from meshplane.security.ca import Pki
 
@@ -110,11 +111,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
     children: list[asyncio.subprocess.Process] = []
 
     async def start(name: str, *argv: str | Path) -> asyncio.subprocess.Process:
-        log = open(logs / f"{name}.log", "ab")  # noqa: ASYNC230, SIM115 - handed to the child
-        proc = await asyncio.create_subprocess_exec(
-            *map(str, argv), stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
-        )
-        log.close()
+        proc = await start_child(argv, logs / f"{name}.log")
         children.append(proc)
         return proc
 
