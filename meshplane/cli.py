@@ -243,7 +243,7 @@ def agent(
         return
     from meshplane.agent.admin import AdminTokenError
     from meshplane.agent.kube.serviceaccount import NotInCluster
-    from meshplane.agent.runtime import Agent
+    from meshplane.agent.runtime import run_agent
     from meshplane.observability.tracing import configure_tracing
     from meshplane.security.ca import PkiError
 
@@ -279,15 +279,13 @@ def agent(
     configure_logging(settings.log_format, settings.log_level, cluster=settings.cluster)
     configure_tracing("meshplane-agent", settings.otlp_endpoint)
     try:
-        process = Agent(settings)
+        run_until_signalled(lambda stop: run_agent(settings, stop))
     except PkiError as exc:
         err.print(f"[red]TLS setup failed[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
     except AdminTokenError as exc:
         err.print(f"[red]admin token[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None
-    try:
-        run_until_signalled(process.run)
     except NotInCluster as exc:
         err.print(f"[red]cannot reach this cluster's Kubernetes[/red]\n{escape(str(exc))}")
         raise typer.Exit(2) from None

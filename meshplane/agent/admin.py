@@ -16,7 +16,7 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 from google.protobuf import json_format
@@ -27,15 +27,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
+from meshplane.agent.holdings import Holdings
 from meshplane.config import AgentSettings, split_address
 from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
 from meshplane.model.access import readable
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
-
-if TYPE_CHECKING:
-    from meshplane.agent.runtime import Agent
 
 
 def gateway_dump(
@@ -70,7 +68,7 @@ def _kind_of(type_url: str) -> str:
     return "Manifest" if type_url == MANIFEST_TYPE else REGISTRY.by_type_url(type_url).kind
 
 
-def config_dump(agent: Agent) -> dict[str, Any]:
+def config_dump(holdings: Holdings, cache: ResourceCache) -> dict[str, Any]:
     """What the agent holds from the control plane and what it serves its gateways, enforcers and rate
     limiters.
 
@@ -78,51 +76,29 @@ def config_dump(agent: Agent) -> dict[str, Any]:
     (`local`, served instead of the control plane's copy of them); one whose version the gateways
     rejected is marked, and `rejected` lists those versions (the gateways keep the last good one).
     """
-    objects: list[dict[str, Any]] = []
-    rejected: list[dict[str, str]] = []
-    state = agent.state
-    for type_url, held in sorted(agent.objects.items()):
-        kind = _kind_of(type_url)
-        versions = state.versions(type_url) if state is not None else {}
-        for name, resource in sorted(held.items()):
-            version = versions.get(name, "")
-            refused = state is not None and state.rejected.get((type_url, name)) == version
-            wire = readable(resource if isinstance(resource, dict) else resource.to_wire())
-            objects.append(
-                {
-                    "kind": kind,
-                    "typeUrl": type_url,
-                    "name": name,
-                    "version": version,
-                    "rejected": refused,
-                    "object": wire,
-                }
-            )
-    if agent.local is not None and state is not None:
-        versions = agent.local.versions()
-        for name, api in sorted(agent.local.objects.items()):
-            version, type_url = versions.get(name, ""), REGISTRY.get(api.kind).type_url
-            objects.append(
-                {
-                    "kind": api.kind,
-                    "typeUrl": type_url,
-                    "name": name,
-                    "version": version,
-                    "rejected": state.rejected.get((type_url, name)) == version,
-                    "local": True,
-                    "object": api.to_wire(),
-                }
-            )
-    if state is not None:
-        for (type_url, name), version in sorted(state.rejected.items()):
-            rejected.append({"kind": _kind_of(type_url), "name": name, "version": version})
+    objects = []
+    for held in holdings.objects():
+        entry: dict[str, Any] = {
+            "kind": _kind_of(held.type_url),
+            "typeUrl": held.type_url,
+            "name": held.name,
+            "version": held.version,
+            "rejected": held.rejected,
+        }
+        if held.local:
+            entry["local"] = True
+        entry["object"] = readable(held.object if isinstance(held.object, dict) else held.object.to_wire())
+        objects.append(entry)
     return {
-        "cluster": agent.settings.cluster,
-        "gateways": gateway_dump(agent.gateway_cache),
-        "enforcers": _without_digests(gateway_dump(agent.gateway_cache, ENFORCERS, ENFORCER_TYPES)),
-        "ratelimiters": gateway_dump(agent.gateway_cache, RATELIMITERS, (RATELIMIT_CONFIG_TYPE,)),
+        "cluster": holdings.cluster,
+        "gateways": gateway_dump(cache),
+        "enforcers": _without_digests(gateway_dump(cache, ENFORCERS, ENFORCER_TYPES)),
+        "ratelimiters": gateway_dump(cache, RATELIMITERS, (RATELIMIT_CONFIG_TYPE,)),
         "objects": objects,
-        "rejected": rejected,
+        "rejected": [
+            {"kind": _kind_of(type_url), "name": name, "version": version}
+            for (type_url, name), version in sorted(holdings.rejected.items())
+        ],
     }
 
 
@@ -202,11 +178,12 @@ def _bearer_only(token: str | None, endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def admin_app(agent: Agent, token: str | None = None) -> Starlette:
-    """The admin endpoints of `agent`; with a token (see `admin_token`) the config dump asks for it."""
+def admin_app(holdings: Callable[[], Holdings], cache: ResourceCache, token: str | None = None) -> Starlette:
+    """The admin endpoints of an agent that holds `holdings()` and serves `cache`; with a token (see
+    `admin_token`) the config dump asks for it."""
 
     async def dump(request: Request) -> Response:
-        return JSONResponse(config_dump(agent))
+        return JSONResponse(config_dump(holdings(), cache))
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

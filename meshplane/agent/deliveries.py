@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from meshplane.agent.gateway import PublishOutcome
+from meshplane.agent.holdings import API_TYPE
 from meshplane.model.manifests import MANIFEST_TYPE
-from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
 from meshplane.proto.v1 import control_plane_pb2
 
@@ -21,8 +21,6 @@ _STATES = {
     DeliveryState.APPLIED: control_plane_pb2.APPLIED,
     DeliveryState.FAILED: control_plane_pb2.FAILED,
 }
-
-API_TYPE = REGISTRY.get("API").type_url
 
 SHARED_REJECTION = (
     "the gateways rejected a configuration that also held other projects' changes; this version is kept out "

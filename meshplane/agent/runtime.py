@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import grpc
 from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
+from starlette.applications import Starlette
 
 from meshplane import __version__
 from meshplane.agent.admin import AdminServer, admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
+from meshplane.agent.channel import ControlPlaneChannel
 from meshplane.agent.deliveries import delivery_reports
 from meshplane.agent.gateway import (
     ENFORCERS,
@@ -26,47 +26,39 @@ from meshplane.agent.gateway import (
     PublishOutcome,
     gateway_group,
 )
-from meshplane.agent.kube import KubeApplier, KubeClient
+from meshplane.agent.holdings import API_TYPE, Held, Holdings
+from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
-from meshplane.agent.kube.operator import KubeOperator
-from meshplane.agent.kube.serviceaccount import in_pod
-from meshplane.agent.kube.services import ServiceKey, ServiceWatch
+from meshplane.agent.kube.services import ServiceKey
+from meshplane.agent.kubernetes import ClusterKubernetes, Kubernetes, NoKubernetes, kube_client
 from meshplane.agent.local import LocalAPIs
 from meshplane.agent.reporter import Reporter
-from meshplane.agent.service_catalog import ServiceCatalogSync
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.catalog import Catalog
-from meshplane.agent.translate.service_backends import LocalServices, service_key
+from meshplane.agent.translate.service_backends import service_key
 from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
-from meshplane.model.kinds import APISpec, EastWestGateway
+from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message, resource_name
-from meshplane.observability.grpc_tracing import TraceUnaryCalls
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import AGENT_UPDATES
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc, resources_pb2
-from meshplane.security.tls import INSECURE_WARNING, AgentCredentials, agent_channel_options
 from meshplane.xds.cache import ResourceCache
-from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient, DeltaUpdate, UpdateRejected
+from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
 from meshplane.xds.resource import pack
 from meshplane.xds.server import XdsServer, add_to_server
 
 log = get_logger("meshplane.agent")
 
-API_TYPE = REGISTRY.get("API").type_url
 ACCESS_KINDS = ("Application", "Subscription", "RateLimitPolicy", "ApplicationKey", "KeySet")
 ACCESS_TYPES = tuple(REGISTRY.get(kind).type_url for kind in ACCESS_KINDS)
-
-
-Held = Resource | dict[str, Any]
-"""What the agent holds of a delivered resource: a validated object, or a rendered Kubernetes object."""
 
 
 def decode(type_url: str, body: bytes) -> Held:
@@ -81,140 +73,59 @@ def decode(type_url: str, body: bytes) -> Held:
 
 
 class Agent:
+    """One cluster's agent as `assemble` makes it: every collaborator present, Kubernetes or none."""
+
     def __init__(
         self,
         settings: AgentSettings,
-        channel_credentials: grpc.ChannelCredentials | None = None,
+        channel: ControlPlaneChannel,
+        state: LocalState,
+        admin_token: str | None,
+        kube: KubeClient | None,
     ):
         self.settings = settings
-        # mTLS unless told otherwise; TlsConfigError (no certificate configured) stops the agent here.
-        # Credentials handed in are kept as they are; those from the settings' files follow the files.
-        self._tls = None if channel_credentials is not None else AgentCredentials(settings)
-        self.channel_credentials = channel_credentials or (self._tls.current if self._tls is not None else None)
-        # AdminTokenError (a token file without a token) stops the agent here too.
-        self.admin_token = admin_token(settings)
+        self.channel = channel
+        self.state = state
+        self.admin_token = admin_token
+        self.gateway_settings = gateway_settings(settings)
         self.gateway_cache = ResourceCache()
-        gw_host, gw_port = split_address(settings.gateway_address)
-        self.gateway_settings = GatewaySettings(
-            listener_address=gw_host,
-            listener_port=gw_port,
-            enforcer_address=settings.enforcer_address,
-            ratelimiter_address=settings.ratelimiter_address,
-            enforcer_fail_open=settings.enforcer_failure_mode == "open",
-            ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
-            cluster_domain=settings.cluster_domain,
-            jwks_ca_file=settings.jwks_ca_file,
-            xff_num_trusted_hops=settings.xff_num_trusted_hops,
-            backends=backend_policy(settings),
-        )
         self.publisher = GatewayPublisher(
             self.gateway_cache, self.gateway_settings.listener_name, self.gateway_settings.route_config_name
         )
-        self.objects: dict[str, dict[str, Held]] = {}
+        self.objects = held_objects(state)
+        self.local = LocalAPIs.load(state)
         self.serving: dict[str, dict[str, Held]] = {}
-        self.reporter: Reporter | None = None
-        self.state: LocalState | None = None
-        self._channel: grpc.aio.Channel | None = None
-        self._superseded: list[grpc.aio.Channel] = []
-        self.kube: KubeApplier | None = None
-        self.operator: KubeOperator | None = None
-        self.services: ServiceWatch | None = None
-        self.service_sync: ServiceCatalogSync | None = None
-        self.local: LocalAPIs | None = None
+        self.reporter = Reporter(state, channel, settings.cluster)
+        self.kube: Kubernetes = (
+            ClusterKubernetes(kube, self, self.reporter, channel, settings) if kube is not None else NoKubernetes()
+        )
         self._local_changes: dict[tuple[str, str], str | None] = {}
         self._local_task: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_task: asyncio.Task[None] | None = None
         self._rebuilding = asyncio.Lock()
 
-    def _open_channel(self) -> grpc.aio.Channel:
-        options = [
-            ("grpc.keepalive_time_ms", 20_000),
-            ("grpc.keepalive_timeout_ms", 10_000),
-            ("grpc.http2.ping_timeout_ms", 10_000),
-            ("grpc.enable_retries", 1),
-            ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
-            *RECONNECT_CHANNEL_OPTIONS,
-            *agent_channel_options(self.settings),
-        ]
-        interceptors = [TraceUnaryCalls()]
-        if self.channel_credentials is None:
-            log.warning(INSECURE_WARNING)
-            return grpc.aio.insecure_channel(self.settings.server, options=options, interceptors=interceptors)
-        return grpc.aio.secure_channel(
-            self.settings.server, self.channel_credentials, options=options, interceptors=interceptors
+    def holdings(self) -> Holdings:
+        """What this agent holds, serves and rejected, now."""
+        return Holdings(
+            cluster=self.settings.cluster,
+            delivered={type_url: dict(held) for type_url, held in self.objects.items()},
+            versions={type_url: self.state.versions(type_url) for type_url in self.objects},
+            local=dict(self.local.objects),
+            local_versions=self.local.versions(),
+            rejected=dict(self.state.rejected),
+            refused=dict(self.state.refused),
+            serving=self.serving,
         )
 
-    def channel(self) -> grpc.aio.Channel:
-        """The channel new calls to the server go on: a new one once the certificate files changed, so new
-        connections carry the new certificate while the sync stream on the old channel goes on (the sync
-        client closes that channel when it reconnects)."""
-        assert self._channel is not None
-        renewed = self._tls.renewed() if self._tls is not None else None
-        if renewed is not None:
-            self.channel_credentials = renewed
-            self._superseded.append(self._channel)
-            self._channel = self._open_channel()
-        return self._channel
+    def admin_endpoints(self) -> Starlette:
+        """The admin app: the dump reads the holdings as they are when it is asked for."""
+        return admin_app(self.holdings, self.gateway_cache, self.admin_token)
 
-    async def _load_state(self) -> LocalState:
-        state = await LocalState.open(self.settings.state_dir)
-        for type_url in DELIVERED_TYPE_URLS:
-            held = self.objects.setdefault(type_url, {})
-            for name, resource in state.resources(type_url).items():
-                try:
-                    held[name] = decode(type_url, resource.body)
-                except (InvalidObject, ValueError) as exc:
-                    log.error("held resource no longer validates; skipped", name=name, error=str(exc))
-        return state
+    def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
+        return refused_apis(apis, self.gateway_settings, self.kube.services())
 
-    def _servable(self) -> dict[str, dict[str, Held]]:
-        """What the gateways should serve: everything held, except versions they rejected.
-
-        The cluster's own APIs are served as its Kubernetes has them now, never as the control plane's
-        copy of them: one API each, and one deleted in the cluster is gone without the control plane.
-        """
-        assert self.state is not None and self.local is not None
-        servable = {
-            type_url: self._unrejected(type_url, held, self.state.versions(type_url))
-            for type_url, held in self.objects.items()
-        }
-        apis = servable.setdefault(API_TYPE, {})
-        for name in self._local_names():
-            apis.pop(name, None)
-        apis.update(self._unrejected(API_TYPE, self.local.objects, self.local.versions()))
-        return servable
-
-    def _unrejected(self, type_url: str, held: Mapping[str, Held], versions: Mapping[str, str]) -> dict[str, Held]:
-        """`held`, except versions the gateways rejected: for those the last version they took stays in
-        force (or nothing, for an object they never took)."""
-        assert self.state is not None
-        out: dict[str, Held] = {}
-        for name, resource in held.items():
-            if self.state.rejected.get((type_url, name)) != versions.get(name):
-                out[name] = resource
-            elif (good := self.serving.get(type_url, {}).get(name)) is not None:
-                out[name] = good
-        return out
-
-    def _services(self) -> LocalServices | None:
-        return self.services.specs() if self.services is not None else None
-
-    def _refuse(self, servable: dict[str, dict[str, Held]]) -> dict[str, str]:
-        """Take the APIs this cluster refuses (see translate.targets) out of `servable`, in place: an earlier
-        version that it accepted stays in force, as after a gateway's rejection. Returns those refused."""
-        apis = servable.get(API_TYPE, {})
-        resources = [held for held in apis.values() if isinstance(held, Resource)]
-        refused = refused_apis(resources, self.gateway_settings, self._services())
-        for name in refused:
-            good = self.serving.get(API_TYPE, {}).get(name)
-            if isinstance(good, Resource) and not refused_apis([good], self.gateway_settings, self._services()):
-                apis[name] = good
-            else:
-                apis.pop(name, None)
-        return refused
-
-    async def _publish(self, servable: dict[str, dict[str, Held]]) -> PublishOutcome:
+    async def _publish(self, servable: Mapping[str, Mapping[str, Held]]) -> PublishOutcome:
         now = time.time()
         resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
         apis = api_views(resources)
@@ -223,7 +134,7 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
         self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
         self._wake_at(catalog.next_expiry(now))
-        config = translate_apis(resources, self.gateway_settings, catalog, now, self._services())
+        config = translate_apis(resources, self.gateway_settings, catalog, now, self.kube.services())
         return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:
@@ -253,62 +164,33 @@ class Agent:
         and the last good configuration is published again: Envoy keeps serving it, and so do we.
         """
         async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
-            assert self.state is not None
-            servable = self._servable()
-            refused = self._refuse(servable)
-            outcome = await self._publish(servable)
+            offer = first = self.holdings().offer(self._refusals)
+            outcome = await self._publish(offer.objects)
             if outcome.state is DeliveryState.FAILED and changed:
                 log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
-                for (type_url, name), version in changed.items():
-                    if not (type_url == API_TYPE and name in refused):  # refused here, never offered to Envoy
-                        await self.state.reject(type_url, name, version)
-                servable = self._servable()
-                self._refuse(servable)
-                await self._publish(servable)
+                for (type_url, name), version in first.rejected_by(changed).items():
+                    await self.state.reject(type_url, name, version)
+                offer = self.holdings().offer(self._refusals)
+                await self._publish(offer.objects)
             if outcome.state is not DeliveryState.FAILED or changed:
-                self.serving = servable
-            reported = {**self._refusals_changed(refused), **(changed if report and changed else {})}
+                self.serving = offer.objects
+            refused = first.refused
+            reported = {**self.holdings().refusals_changed(refused), **(changed if report and changed else {})}
             await self.state.keep_refused(refused)
-            if reported and self.reporter is not None:
+            if reported:
                 await self.reporter.report_status(delivery_reports(reported, outcome, refused))
-        if self.kube is not None:
-            self.kube.trigger()
+        self.kube.trigger()
 
-    def _refusals_changed(self, refused: Mapping[str, str]) -> dict[tuple[str, str], str]:
-        """Delivered APIs whose refusal here began, ended or changed reason without a new version (the
-        agent's settings changed across a restart, or a service backend moved): their status must say so."""
-        assert self.state is not None
-        versions = self.state.versions(API_TYPE)
-        local = self.local.objects if self.local is not None else {}
-        before = self.state.refused
-        names = {name for name in {*refused, *before} if refused.get(name) != before.get(name)}
-        return {(API_TYPE, name): versions[name] for name in sorted(names) if name in versions and name not in local}
-
-    def _kube_desired(self) -> dict[ObjectKey, DesiredObject]:
+    def kube_desired(self) -> dict[ObjectKey, DesiredObject]:
         """What this cluster's Kubernetes should hold now: every held API object and rendered manifest."""
-        assert self.state is not None
-        versions = {type_url: self.state.versions(type_url) for type_url in self.objects}
-        # Objects this cluster made itself come back from the control plane: they stay the cluster's own.
-        own = {type_url: dict(held) for type_url, held in self.objects.items()}
-        for name in self._local_names():
-            own.get(API_TYPE, {}).pop(name, None)
-        return desired_objects(own, versions, frozenset({API_TYPE}))
-
-    def _local_names(self) -> list[str]:
-        """Names (project/name) of held API objects whose origin is this cluster."""
-        origin = f"cluster/{self.settings.cluster}"
-        return [
-            name
-            for name, held in self.objects.get(API_TYPE, {}).items()
-            if isinstance(held, Resource) and held.metadata.origin == origin
-        ]
+        holdings = self.holdings()
+        return desired_objects(holdings.to_apply(), holdings.versions, frozenset({API_TYPE}))
 
     async def keep_local(self, project: str, name: str, api: Resource | None) -> str | None:
         """The operator saw the cluster's own API change (None: gone, or no longer servable); serve that soon.
         Returns why this cluster will not serve it (see translate.targets), or None."""
-        assert self.local is not None
         key = resource_name(project, name)
-        refusal = refused_apis([api], self.gateway_settings, self._services()).get(key) if api is not None else None
+        refusal = self._refusals([api]).get(key) if api is not None else None
         if not await self.local.keep(key, api):
             return refusal
         self._local_changes[(API_TYPE, key)] = self.local.versions().get(key)
@@ -325,18 +207,13 @@ class Agent:
             except Exception:  # a bug here must not stop the agent serving what it served
                 log.exception("serving the cluster's own APIs failed")
 
-    def _own_apis(self) -> list[tuple[str, str]]:
-        """(namespace, name) of every API the cluster made that the agent knows: kept, or back from the
-        control plane; the operator reports those it no longer finds as deleted."""
-        assert self.local is not None
-        names = {*self._local_names(), *self.local.objects}
-        return [(project, name) for project, _, name in (key.partition("/") for key in sorted(names))]
+    def own_apis(self) -> list[tuple[str, str]]:
+        """The cluster's own APIs the agent knows; the operator reports those it no longer finds as deleted."""
+        return self.holdings().own_apis()
 
-    async def _services_changed(self, keys: set[ServiceKey] | None) -> None:
-        """The cluster's services changed (None: all of them, the first time): report them, and serve again
-        if an API sends to one of them."""
-        assert self.service_sync is not None
-        self.service_sync.changed()
+    async def services_changed(self, keys: set[ServiceKey] | None) -> None:
+        """The cluster's services changed (None: all of them, the first time): serve again if an API sends
+        to one of them."""
         named = {
             service_key(backend.service)
             for held in self.serving.get(API_TYPE, {}).values()
@@ -357,7 +234,6 @@ class Agent:
             await self._apply_update(update)
 
     async def _apply_update(self, update: DeltaUpdate) -> None:
-        assert self.state is not None
         decoded: dict[str, Resource] = {}
         upserts = []
         for resource in update.upserts:
@@ -400,42 +276,17 @@ class Agent:
                 delay = min(delay * 2, 10.0)
 
     async def sync(self) -> None:
-        assert self.state is not None
-        state = self.state
         await self.register()
         client = DeltaClient(
             self.channel,
             base_pb2.Node(id=self.settings.cluster, cluster=self.settings.cluster),
             DELIVERED_TYPE_URLS,
-            initial_versions=state.versions,
+            initial_versions=self.state.versions,
             on_update=self.apply_update,
         )
         await client.run()
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.state = await self._load_state()
-        self.local = LocalAPIs.load(self.state)
-        self.reporter = Reporter(self.state, self.channel, self.settings.cluster)
-        kube_client = _kube_client(self.settings)
-        if kube_client is not None:
-            self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
-            self.operator = KubeOperator(
-                kube_client,
-                self.reporter.report_objects,
-                self.kube.notice,
-                self.keep_local,
-                known_local=self._own_apis,
-                is_delivered=lambda key: key in self._kube_desired(),
-            )
-            self.reporter.objects_refused = self.operator.refused
-            self.services = ServiceWatch(
-                kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
-            )
-            self.service_sync = ServiceCatalogSync(
-                self.channel,
-                self.settings.cluster,
-                self.services.reportable,
-            )
         await self.rebuild()
         xds = grpc.aio.server()
         add_to_server(
@@ -449,7 +300,7 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = AdminServer(admin_app(self, self.admin_token), self.settings.admin_address)
+        admin = AdminServer(self.admin_endpoints(), self.settings.admin_address)
         await admin.start()
         await xds.start()
         log.info(
@@ -459,22 +310,16 @@ class Agent:
             admin=self.settings.admin_address,
             held=sum(len(v) for v in self.objects.values()),
         )
-        self._channel = self._open_channel()
         sync_task = asyncio.create_task(self.sync(), name="cp-sync")
         report_task = asyncio.create_task(self.reporter.run(), name="reports")
-        kube_task = asyncio.create_task(self.kube.run(), name="kube-apply") if self.kube else None
-        operator_task = asyncio.create_task(self.operator.run(), name="kube-operator") if self.operator else None
-        services_task = asyncio.create_task(self.services.run(), name="kube-services") if self.services else None
-        catalog_task = (
-            asyncio.create_task(self.service_sync.run(), name="service-catalog") if self.service_sync else None
-        )
+        kube_tasks = [asyncio.create_task(work(), name=name) for name, work in self.kube.tasks().items()]
         try:
             done, _ = await asyncio.wait(
                 [
                     asyncio.create_task(stop.wait()),
                     sync_task,
                     report_task,
-                    *(task for task in (kube_task, operator_task, services_task, catalog_task) if task is not None),
+                    *kube_tasks,
                 ],
                 return_when=asyncio.FIRST_COMPLETED,
             )
@@ -485,10 +330,7 @@ class Agent:
             for task in (
                 sync_task,
                 report_task,
-                kube_task,
-                operator_task,
-                services_task,
-                catalog_task,
+                *kube_tasks,
                 self._local_task,
             ):
                 if task is None:
@@ -498,11 +340,58 @@ class Agent:
                     await task
             await xds.stop(grace=0.5)
             await admin.stop()
-            for channel in (*self._superseded, self._channel):
-                await channel.close()
-            if kube_client is not None:
-                await kube_client.close()
-            await self.state.close()
+            await self.close()
+
+    async def close(self) -> None:
+        """Let go of what `assemble` opened: the channels to the server, the Kubernetes client, the state."""
+        await self.channel.close()
+        await self.kube.close()
+        await self.state.close()
+
+
+async def assemble(settings: AgentSettings, channel_credentials: grpc.ChannelCredentials | None = None) -> Agent:
+    """The agent of `settings`, ready to run: what its settings get wrong stops it here, before anything is
+    served (AdminTokenError, TlsConfigError, NotInCluster). Credentials handed in replace the settings' files."""
+    token = admin_token(settings)
+    channel = ControlPlaneChannel(settings, channel_credentials)
+    kube = kube_client(settings)
+    return Agent(settings, channel, await LocalState.open(settings.state_dir), token, kube)
+
+
+async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> None:
+    """Assemble the agent of `settings` and run it until `stop` is set."""
+    agent = await assemble(settings)
+    await agent.run(stop)
+
+
+def held_objects(state: LocalState) -> dict[str, dict[str, Held]]:
+    """What the state holds of each delivered type, decoded; one that no longer validates is skipped."""
+    objects: dict[str, dict[str, Held]] = {}
+    for type_url in DELIVERED_TYPE_URLS:
+        held = objects.setdefault(type_url, {})
+        for name, resource in state.resources(type_url).items():
+            try:
+                held[name] = decode(type_url, resource.body)
+            except (InvalidObject, ValueError) as exc:
+                log.error("held resource no longer validates; skipped", name=name, error=str(exc))
+    return objects
+
+
+def gateway_settings(settings: AgentSettings) -> GatewaySettings:
+    """What the translator needs to know of this agent's gateways and the services beside them."""
+    host, port = split_address(settings.gateway_address)
+    return GatewaySettings(
+        listener_address=host,
+        listener_port=port,
+        enforcer_address=settings.enforcer_address,
+        ratelimiter_address=settings.ratelimiter_address,
+        enforcer_fail_open=settings.enforcer_failure_mode == "open",
+        ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
+        cluster_domain=settings.cluster_domain,
+        jwks_ca_file=settings.jwks_ca_file,
+        xff_num_trusted_hops=settings.xff_num_trusted_hops,
+        backends=backend_policy(settings),
+    )
 
 
 def backend_policy(settings: AgentSettings) -> BackendPolicy:
@@ -516,23 +405,6 @@ def backend_policy(settings: AgentSettings) -> BackendPolicy:
         allow_loopback=settings.allow_loopback_backends,
         protected=tuple(ProtectedPort(what, *split_address(address)) for what, address in ports),
     )
-
-
-def _kube_client(settings: AgentSettings) -> KubeClient | None:
-    """The cluster's Kubernetes: by the kubeconfig when one is given, else as the pod's service account
-    (asked for, or found when unset), else none: the agent then runs on its local state alone."""
-    if settings.kubeconfig is not None:
-        return KubeClient.from_kubeconfig(settings.kubeconfig)
-    if settings.in_cluster or (settings.in_cluster is None and in_pod(os.environ)):
-        return KubeClient.in_cluster()
-    return None
-
-
-def _east_west_gateway(settings: AgentSettings) -> EastWestGateway | None:
-    if settings.east_west_gateway is None:
-        return None
-    host, port = split_address(settings.east_west_gateway)
-    return EastWestGateway(address=host, port=port)
 
 
 def _unpack(body: any_pb2.Any, type_url: str) -> bytes:

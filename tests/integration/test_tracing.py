@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from meshplane.agent.runtime import API_TYPE, Agent
+from meshplane.agent.runtime import API_TYPE, Agent, assemble
 from meshplane.config import AgentSettings, ServerSettings
 from meshplane.observability.tracing import configure_tracing, tracer
 from meshplane.server.main import run_server
@@ -98,7 +98,7 @@ async def agent_running(tmp_path: Path, server_address: str) -> AsyncIterator[Ag
         admin_address=f"127.0.0.1:{free_port()}",
         allow_loopback_backends=True,
     )
-    agent = Agent(settings)
+    agent = await assemble(settings)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:

@@ -4,6 +4,7 @@ the tests bind nothing but loopback.)"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import stat
 import subprocess
@@ -14,26 +15,31 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from meshplane.agent.admin import admin_app
 from meshplane.agent.bootstrap import envoy_bootstrap
-from meshplane.agent.runtime import Agent
+from meshplane.agent.runtime import assemble
 from meshplane.config import AgentSettings
 from tests.harness.meshplane import MESHPLANE, run_agent, run_server
 
 
-def app_of_agent(tmp_path: Path, admin_address: str, **settings: object) -> Starlette:
-    """The admin app of an agent (not started) with these settings, as the agent serves it."""
-    agent = Agent(
+@contextlib.asynccontextmanager
+async def app_of_agent(tmp_path: Path, admin_address: str, **settings: object) -> AsyncIterator[Starlette]:
+    """The admin app of an agent (assembled, not started) with these settings, as the agent serves it."""
+    agent = await assemble(
         AgentSettings(insecure=True, state_dir=tmp_path / "state", admin_address=admin_address, **settings)  # type: ignore[arg-type]
     )
-    return admin_app(agent, agent.admin_token)
+    try:
+        yield agent.admin_endpoints()
+    finally:
+        await agent.close()
 
 
 @pytest.fixture
 async def exposed(tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Path]]:
     """A client of the admin app of an agent whose admin listens on every address."""
-    app = app_of_agent(tmp_path, "0.0.0.0:18003")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+    async with (
+        app_of_agent(tmp_path, "0.0.0.0:18003") as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client,
+    ):
         yield client, tmp_path / "state" / "admin-token"
 
 
@@ -63,23 +69,28 @@ async def test_the_token_made_in_the_state_dir_opens_it_and_probes_stay_open(
 async def test_a_token_file_given_is_asked_for_even_on_loopback(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("s3cret-of-the-operator\n")
-    app = app_of_agent(tmp_path, "127.0.0.1:18003", admin_token_file=token_file)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+    async with (
+        app_of_agent(tmp_path, "127.0.0.1:18003", admin_token_file=token_file) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client,
+    ):
         assert (await client.get("/config_dump")).status_code == 401
         opened = await client.get("/config_dump", headers={"Authorization": "Bearer s3cret-of-the-operator"})
         assert opened.status_code == 200
 
 
-def test_an_empty_or_missing_token_file_stops_the_agent_with_a_clear_error(tmp_path: Path) -> None:
+async def test_an_empty_or_missing_token_file_stops_the_agent_with_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "empty").write_text("\n")
     for path in (tmp_path / "empty", tmp_path / "absent"):
         with pytest.raises(ValueError, match="admin token"):
-            app_of_agent(tmp_path, "0.0.0.0:18003", admin_token_file=path)
+            async with app_of_agent(tmp_path, "0.0.0.0:18003", admin_token_file=path):
+                pass
 
 
 async def test_on_loopback_the_dump_needs_no_token(tmp_path: Path) -> None:
-    app = app_of_agent(tmp_path, "127.0.0.1:18003")
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client:
+    async with (
+        app_of_agent(tmp_path, "127.0.0.1:18003") as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as client,
+    ):
         assert (await client.get("/config_dump")).status_code == 200
     assert not (tmp_path / "state" / "admin-token").exists()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from meshplane.agent import runtime
+from meshplane.agent import kubernetes
 from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.serviceaccount import NotInCluster, ServiceAccountToken, in_pod
 from meshplane.config import AgentSettings
@@ -109,6 +109,6 @@ def test_the_agent_uses_its_pod_s_service_account_unless_told_otherwise(
         (True, None, tmp_path / "kubeconfig", "file"),
         (True, True, tmp_path / "kubeconfig", "file"),
     ]:
-        monkeypatch.setattr(runtime, "in_pod", lambda environ, found=in_a_pod: found)
+        monkeypatch.setattr(kubernetes, "in_pod", lambda environ, found=in_a_pod: found)
         settings = AgentSettings(in_cluster=flag, kubeconfig=kubeconfig)
-        assert runtime._kube_client(settings) == expected, (in_a_pod, flag, kubeconfig)
+        assert kubernetes.kube_client(settings) == expected, (in_a_pod, flag, kubeconfig)

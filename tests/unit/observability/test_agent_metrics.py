@@ -52,8 +52,8 @@ async def test_each_publish_is_counted_by_how_the_gateways_took_it() -> None:
 
 
 async def test_the_admin_metrics_carry_the_process_metrics_and_the_build() -> None:
-    agent: Any = None  # /metrics reads the registry only
-    transport = httpx.ASGITransport(admin_app(agent))
+    nothing_held: Any = None  # /metrics reads the registry only
+    transport = httpx.ASGITransport(admin_app(nothing_held, ResourceCache()))
     async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
         response = await client.get("/metrics")
 
