@@ -14,12 +14,12 @@ from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, Subscripti
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters, served_placement
 from meshplane.server.problems import Problem
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 

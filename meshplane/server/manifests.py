@@ -13,11 +13,10 @@ from meshplane.model.kinds import ClusterSpec
 from meshplane.model.manifests import MANIFEST_TYPE, manifest_name, to_manifest
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
+from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.observability.logging import get_logger
-from meshplane.server.objects import to_resource
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo, Fleet
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 

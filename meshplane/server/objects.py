@@ -16,6 +16,7 @@ from opentelemetry.trace import Span
 from meshplane.model.meta import LabelSelector, Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.stored import StoredObject, to_resource
 from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import (
     ApiCatalog,
@@ -32,30 +33,9 @@ from meshplane.server.problems import Problem
 from meshplane.server.service_catalog import rehome
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 MAX_PAGE = 1000
-
-
-def to_resource(info: KindInfo, stored: StoredObject) -> Resource:
-    """The API view of a stored object: metadata filled from the store, status as the system wrote it."""
-    metadata: dict[str, Any] = {
-        "name": stored.name,
-        "labels": stored.labels,
-        "annotations": stored.annotations,
-        "resourceVersion": str(stored.revision),
-        "generation": stored.generation,
-        "uid": stored.uid,
-        "creationTimestamp": stored.created_at.isoformat(),
-    }
-    if stored.project:
-        metadata["project"] = stored.project
-    if stored.origin:
-        metadata["origin"] = stored.origin
-    return info.model.model_validate(
-        {"kind": info.kind, "metadata": metadata, "spec": stored.spec, "status": stored.status}
-    )
 
 
 def parse_revision(text: str | None, path: str = "metadata.resourceVersion") -> int | None:

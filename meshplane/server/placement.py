@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from meshplane.model.meta import Placement, origin_cluster
-from meshplane.store.records import ObjectKey
+from meshplane.model.stored import ObjectKey
 
 
 def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, str]]) -> frozenset[str]:

@@ -18,12 +18,11 @@ from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
+from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
 from meshplane.server.api_conflicts import route_bucket
-from meshplane.server.objects import to_resource
 from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters, served_placement
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 

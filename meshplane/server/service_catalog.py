@@ -17,13 +17,13 @@ from google.protobuf import json_format
 from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY
 from meshplane.model.services import CLUSTER_LABEL, endpoint_name
+from meshplane.model.stored import StoredObject
 from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.observability.tracing import current_carrier
 from meshplane.proto.v1 import control_plane_pb2
 from meshplane.store.errors import NotFound, OwnedElsewhere
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.service_catalog")

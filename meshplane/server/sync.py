@@ -7,13 +7,13 @@ import asyncio
 from collections.abc import Mapping
 
 from meshplane.model.registry import REGISTRY
+from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
 from meshplane.security.revocation import REVOCATION_KIND, RevokedCertificates
 from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.store.errors import Compacted
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.sync")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from itertools import pairwise
 
@@ -57,9 +56,10 @@ def translate_apis(
 ) -> EnvoyConfig:
     """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
-    `catalog` says who may call what (applications, subscriptions, keys, limits); `now` decides which key
-    records have run out; `services` are the cluster's Kubernetes services, when known, for the backends
-    that name one (see `service_backends`). An API that would make the gateway reach what this cluster
+    `catalog` says who may call what (applications, subscriptions, keys, limits); `now` (seconds since the
+    epoch, required with a catalog: the translator reads no clock) decides which key records have run out;
+    `services` are the cluster's Kubernetes services, when known, for the backends that name one (see
+    `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
@@ -68,8 +68,11 @@ def translate_apis(
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
     refused = _refusals(resolved, settings)
     views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
-    catalog = catalog or Catalog()
-    access = AccessPlan.of(views, settings, catalog, time.time() if now is None else now)
+    if catalog is None:
+        catalog, now = Catalog(), 0.0  # no keys: no time to weigh them against
+    elif now is None:
+        raise TypeError("translate_apis needs `now` with a catalog: which keys have run out depends on it")
+    access = AccessPlan.of(views, settings, catalog, now)
     limits = LimitPlan.of(views, settings, catalog)
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshplane.model.registry import REGISTRY
+from meshplane.model.stored import StoredObject
 from meshplane.model.wire import resource_name
 from meshplane.server.projection import FleetProjection
-from meshplane.store.records import StoredObject
 from meshplane.xds.cache import ResourceCache
 
 API_TYPE = REGISTRY.get("API").type_url
