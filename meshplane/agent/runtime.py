@@ -43,7 +43,7 @@ from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.kinds import APISpec, EastWestGateway
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, Feed
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message, resource_name
@@ -60,8 +60,7 @@ from meshplane.xds.server import XdsServer, add_to_server
 log = get_logger("meshplane.agent")
 
 API_TYPE = REGISTRY.get("API").type_url
-ACCESS_KINDS = ("Application", "Subscription", "RateLimitPolicy", "ApplicationKey", "KeySet")
-ACCESS_TYPES = tuple(REGISTRY.get(kind).type_url for kind in ACCESS_KINDS)
+ACCESS_TYPES = tuple(info.type_url for info in REGISTRY.feeding(Feed.ACCESS))
 _DELIVERY_STATES = {
     DeliveryState.PENDING: control_plane_pb2.PENDING,
     DeliveryState.APPLIED: control_plane_pb2.APPLIED,

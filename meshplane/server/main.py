@@ -34,20 +34,16 @@ from meshplane.server.access_checks import ApiCatalog, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
-from meshplane.server.auth.routes import tokens_router
 from meshplane.server.auth.tokens import TokenService
-from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.compaction import Compactor
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
-from meshplane.server.credentials import Credentials, credentials_router
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
-from meshplane.server.revocations import revocations_router
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import AlreadyExists
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
@@ -261,11 +257,11 @@ async def run_server(
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
         api_catalog=api_catalog,
+        tokens=tokens,
+        signing=signing,
+        projection=projection,
+        revocations=True,
     )
-    app.include_router(tokens_router(tokens))
-    app.include_router(cluster_resources_router(projection))
-    app.include_router(revocations_router(store))
-    app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
     http_config = uvicorn.Config(
         app,
