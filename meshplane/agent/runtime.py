@@ -32,12 +32,12 @@ from meshplane.agent.kube.serviceaccount import in_pod
 from meshplane.agent.kube.services import ServiceKey, ServiceWatch
 from meshplane.agent.local import LocalAPIs
 from meshplane.agent.reporter import Reporter
-from meshplane.agent.service_catalog import ServiceCatalogSync
+from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
-from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.feeds import Resources, enforcer_feed, limiter_feed
 from meshplane.agent.translate.service_backends import LocalServices, service_key
-from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
@@ -122,7 +122,7 @@ class Agent:
         self.kube: KubeApplier | None = None
         self.operator: KubeOperator | None = None
         self.services: ServiceWatch | None = None
-        self.service_sync: ServiceCatalogSync | None = None
+        self.service_sync: ServiceEndpointSync | None = None
         self.local: LocalAPIs | None = None
         self._local_changes: dict[tuple[str, str], str | None] = {}
         self._local_task: asyncio.Task[None] | None = None
@@ -222,11 +222,11 @@ class Agent:
         resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
         apis = api_views(resources)
         held = [obj for type_url in ACCESS_TYPES for obj in servable.get(type_url, {}).values()]
-        catalog = Catalog.of(obj for obj in held if isinstance(obj, Resource))
-        self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
-        self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
-        self._wake_at(catalog.next_expiry(now))
-        config = translate_apis(resources, self.gateway_settings, catalog, now, self._services())
+        entitlements = Entitlements.of(obj for obj in held if isinstance(obj, Resource))
+        self._set_services(ENFORCERS, enforcer_feed(apis, entitlements))
+        self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
+        self._wake_at(entitlements.next_expiry(now))
+        config = translate_apis(resources, self.gateway_settings, entitlements, now, self._services())
         return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:
@@ -440,7 +440,7 @@ class Agent:
             self.services = ServiceWatch(
                 kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
             )
-            self.service_sync = ServiceCatalogSync(
+            self.service_sync = ServiceEndpointSync(
                 self.channel,
                 self.settings.cluster,
                 self.services.reportable,

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane import __version__
 from meshplane.observability.http_requests import ObserveRequests
-from meshplane.server.access_checks import ApiCatalog
+from meshplane.server.access_checks import ApiLookup
 from meshplane.server.api import install_object_routes
 from meshplane.server.auth.guard import Authenticator, current_principal
 from meshplane.server.auth.routes import tokens_router
@@ -33,7 +33,7 @@ def create_app(
     authenticator: Authenticator | None = None,
     metrics_need_token: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
-    api_catalog: ApiCatalog | None = None,
+    api_lookup: ApiLookup | None = None,
     tokens: TokenService | None = None,
     signing: SigningKeys | None = None,
     projection: FleetProjection | None = None,
@@ -86,7 +86,7 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    install_object_routes(app, ObjectService(store, api_catalog))
+    install_object_routes(app, ObjectService(store, api_lookup))
     app.include_router(watch_router(store))
     app.include_router(tokens_router(tokens or TokenService(store)))
     if projection is not None:

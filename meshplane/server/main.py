@@ -30,7 +30,7 @@ from meshplane.security.tls import (
     keep_north_certificate_fresh,
     server_credentials,
 )
-from meshplane.server.access_checks import ApiCatalog, KnownApis
+from meshplane.server.access_checks import ApiLookup, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
@@ -118,15 +118,15 @@ class ClusterPresence(NoCallbacks):
             self.clusters.update_status(group, connected=False, lastSeen=now())
 
 
-def current_api_catalog(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiCatalog:
-    """The projection's route catalog once it holds every write this server has answered, so two writes in a
+def current_api_lookup(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiLookup:
+    """The projection's known APIs once it holds every write this server has answered, so two writes in a
     row from one client are checked against each other."""
 
-    async def catalog(spec: APISpec) -> KnownApis:
+    async def lookup(spec: APISpec) -> KnownApis:
         await feeder.caught_up()
-        return KnownApis(*projection.api_catalog(spec), feeder.revision)
+        return KnownApis(*projection.api_lookup(spec), feeder.revision)
 
-    return catalog
+    return lookup
 
 
 def quiet_garbage_collector() -> None:
@@ -241,9 +241,9 @@ async def run_server(
         ),
         grpc_server,
     )
-    api_catalog = current_api_catalog(feeder, projection)
+    api_lookup = current_api_lookup(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_catalog)), grpc_server
+        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup)), grpc_server
     )
     if grpc_credentials is None:
         grpc_server.add_insecure_port(settings.grpc_address)
@@ -256,7 +256,7 @@ async def run_server(
         authenticator=authenticator_for(settings, tokens),
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
-        api_catalog=api_catalog,
+        api_lookup=api_lookup,
         tokens=tokens,
         signing=signing,
         projection=projection,

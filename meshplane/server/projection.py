@@ -199,7 +199,7 @@ class FleetProjection:
         if self.clusters.pop(name, None) is not None:
             self._replace_cluster(name)
 
-    def api_catalog(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+    def api_lookup(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
         """The clusters and the APIs, as this server last saw them, whose routes may meet `spec`'s: those in
         its route bucket and the templated ones (every API for a templated basePath)."""
         bucket = route_bucket(spec.base_path)

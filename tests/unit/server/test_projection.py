@@ -440,7 +440,7 @@ def test_the_route_catalog_offers_every_api_whose_first_segment_may_meet(
     probe = projection._deliver(api_at("probe", probe_path), None)
     assert probe is not None
 
-    _, offered = projection.api_catalog(probe.spec)
+    _, offered = projection.api_lookup(probe.spec)
 
     def first(path: str) -> str:
         return path.split("/")[1]
