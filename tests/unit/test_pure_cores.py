@@ -36,21 +36,38 @@ assert result.exit_code == 0, result.output
 CLUSTER = "apiVersion: meshplane.io/v1alpha1\nkind: Cluster\nmetadata: {name: east}\nspec: {}\n"
 
 
-def loaded_io_packages(code: str, *args: str) -> list[str]:
-    """The I/O packages in `sys.modules` once `code` has run in a fresh interpreter."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+def loaded_modules(code: str, *args: str) -> set[str]:
+    """Every module in `sys.modules` once `code` has run in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    loaded = set(json.loads(done.stdout.splitlines()[-1]))
-    return sorted(loaded & set(IO_PACKAGES))
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def loaded_io_packages(code: str, *args: str) -> list[str]:
+    """The I/O packages loaded once `code` has run in a fresh interpreter."""
+    return sorted({module.split(".")[0] for module in loaded_modules(code, *args)} & set(IO_PACKAGES))
 
 
 @pytest.mark.parametrize("module", PURE_CORES)
 def test_a_pure_core_imports_no_io(module: str) -> None:
     assert loaded_io_packages(f"import {module}") == []
+
+
+@pytest.mark.parametrize(
+    ("module", "other_side"),
+    [
+        ("meshplane.server.api_conflicts", "meshplane.agent"),
+        ("meshplane.server.projection", "meshplane.agent"),
+        ("meshplane.server.render.offline", "meshplane.agent"),
+        ("meshplane.agent.translate", "meshplane.server"),
+    ],
+)
+def test_the_server_and_agent_cores_share_values_only_through_the_model(module: str, other_side: str) -> None:
+    assert not {name for name in loaded_modules(f"import {module}") if name.startswith(other_side)}
 
 
 def test_meshplane_render_loads_no_server(tmp_path: Path) -> None:
