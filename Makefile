@@ -25,6 +25,8 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check meshplane tests bench
 	$(BIN)/ruff format --check meshplane tests bench
+	@# The pure cores (placement, projection, render, translate) import no store, web, gRPC or tracing.
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_pure_cores.py
 
 # Every benchmark in full mode, each printing one JSON object (takes a while); bench-smoke runs each in its
 # `--quick` mode, only to prove it still runs (CI does, after the tests).

@@ -18,7 +18,7 @@ from meshplane.agent.kube.operator import KubeOperator
 from meshplane.agent.kube.serviceaccount import in_pod
 from meshplane.agent.kube.services import ServiceKey, ServiceWatch
 from meshplane.agent.reporter import Reporter
-from meshplane.agent.service_catalog import ServiceCatalogSync
+from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.agent.translate.service_backends import LocalServices
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.kinds import EastWestGateway
@@ -93,11 +93,11 @@ class ClusterKubernetes:
         )
         reporter.objects_refused = self.operator.refused
         self.watch = ServiceWatch(client, settings.cluster, _east_west_gateway(settings), self._services_changed)
-        self.catalog = ServiceCatalogSync(channel, settings.cluster, self.watch.reportable)
+        self.endpoint_sync = ServiceEndpointSync(channel, settings.cluster, self.watch.reportable)
         self._agent = agent
 
     async def _services_changed(self, keys: set[ServiceKey] | None) -> None:
-        self.catalog.changed()
+        self.endpoint_sync.changed()
         await self._agent.services_changed(keys)
 
     def trigger(self) -> None:
@@ -111,7 +111,7 @@ class ClusterKubernetes:
             "kube-apply": self.applier.run,
             "kube-operator": self.operator.run,
             "kube-services": self.watch.run,
-            "service-catalog": self.catalog.run,
+            "service-endpoints": self.endpoint_sync.run,
         }
 
     async def close(self) -> None:

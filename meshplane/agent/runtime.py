@@ -35,15 +35,15 @@ from meshplane.agent.local import LocalAPIs
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
 from meshplane.agent.translate import GatewaySettings, translate_apis
-from meshplane.agent.translate.catalog import Catalog
+from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.feeds import Resources, enforcer_feed, limiter_feed
 from meshplane.agent.translate.service_backends import service_key
-from meshplane.agent.translate.services import Resources, enforcer_resources, ratelimiter_resources
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, Feed
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message, resource_name
@@ -57,8 +57,7 @@ from meshplane.xds.server import XdsServer, add_to_server
 
 log = get_logger("meshplane.agent")
 
-ACCESS_KINDS = ("Application", "Subscription", "RateLimitPolicy", "ApplicationKey", "KeySet")
-ACCESS_TYPES = tuple(REGISTRY.get(kind).type_url for kind in ACCESS_KINDS)
+ACCESS_TYPES = tuple(info.type_url for info in REGISTRY.feeding(Feed.ACCESS))
 
 
 def decode(type_url: str, body: bytes) -> Held:
@@ -130,11 +129,11 @@ class Agent:
         resources = [held for held in servable.get(API_TYPE, {}).values() if isinstance(held, Resource)]
         apis = api_views(resources)
         held = [obj for type_url in ACCESS_TYPES for obj in servable.get(type_url, {}).values()]
-        catalog = Catalog.of(obj for obj in held if isinstance(obj, Resource))
-        self._set_services(ENFORCERS, enforcer_resources(apis, catalog))
-        self._set_services(RATELIMITERS, ratelimiter_resources(apis, self.gateway_settings, catalog))
-        self._wake_at(catalog.next_expiry(now))
-        config = translate_apis(resources, self.gateway_settings, catalog, now, self.kube.services())
+        entitlements = Entitlements.of(obj for obj in held if isinstance(obj, Resource))
+        self._set_services(ENFORCERS, enforcer_feed(apis, entitlements))
+        self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
+        self._wake_at(entitlements.next_expiry(now))
+        config = translate_apis(resources, self.gateway_settings, entitlements, now, self.kube.services())
         return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:

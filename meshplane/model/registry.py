@@ -1,4 +1,5 @@
-"""The one registry of kinds: REST routes, the store, the CLI and the sync layer all read it."""
+"""The one registry of kinds: REST routes, the store, the CLI, authorization, placement, the feeder and
+the agent all read what a kind is here, never a list of kind names of their own."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from meshplane.model.base import WireModel
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, CertificateRevocationSpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
+from meshplane.model.roles import Role
 from meshplane.model.services import ServiceEndpointSpec
 from meshplane.model.status import ObjectStatus
 from meshplane.proto.v1 import resources_pb2
@@ -29,6 +31,34 @@ from meshplane.proto.v1 import resources_pb2
 class Scope(StrEnum):
     CLUSTER = "Cluster"
     PROJECT = "Project"
+
+
+class Follows(StrEnum):
+    """How a kind placed with the APIs it touches, rather than by a placement of its own, follows them."""
+
+    NAMED_API = "named-api"
+    """With the API its spec names (a subscription)."""
+    PROJECT_APIS = "project-apis"
+    """Wherever its project has an API (an application: any may call any API once subscribed)."""
+    APPLICATION = "application"
+    """With the application its spec names (a key record)."""
+    POLICY_TARGET = "policy-target"
+    """With the API it targets, or for a plan with the subscriptions on that plan (a rate-limit policy)."""
+
+
+class Feed(StrEnum):
+    """What a kind's objects feed, besides the store and REST."""
+
+    FLEET = "fleet"
+    """The clusters: what placement chooses among and what manifests are rendered for."""
+    ROUTES = "routes"
+    """The gateways' routes (and the enforcer's and limiter's view of each API)."""
+    ACCESS = "access"
+    """Who may call what at what rate: the gateways' checks, the enforcer's and the limiter's feeds."""
+    MANIFESTS = "manifests"
+    """The rendered Istio / DNS manifests (see `server/render`)."""
+    REVOCATIONS = "revocations"
+    """The revoked agent certificates every replica refuses."""
 
 
 class ProjectOnCluster(WireModel):
@@ -81,6 +111,12 @@ class KindInfo:
     names: tuple[str, ...] = ()
     """Kinds whose objects this kind's objects name and must find stored when written (a project-scoped
     object also needs its project): what `meshplane apply` stores first."""
+    follows: Follows | None = None
+    """How a delivered kind follows the APIs it touches; None: placed by its own placement (everywhere when
+    its spec has none)."""
+    writers: frozenset[Role] = frozenset()
+    """Non-admin roles that may change its objects in the projects they cover (admins may change any)."""
+    feeds: frozenset[Feed] = frozenset()
     model: type[Resource] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +188,12 @@ class KindRegistry:
     def cluster_made(self) -> list[KindInfo]:
         return [k for k in self if k.cluster_made]
 
+    def feeding(self, feed: Feed) -> list[KindInfo]:
+        return [k for k in self if feed in k.feeds]
+
+    def kinds_feeding(self, feed: Feed) -> tuple[str, ...]:
+        return tuple(k.kind for k in self.feeding(feed))
+
     def parse(self, doc: Mapping[str, Any]) -> Resource:
         """Validate a user document (from YAML or JSON) into its kind's model.
 
@@ -188,25 +230,78 @@ class KindRegistry:
         return resource
 
 
+_PUBLISHER = frozenset({Role.PUBLISHER})
+_SUBSCRIBER = frozenset({Role.SUBSCRIBER})
+
 REGISTRY = KindRegistry(
     [
         KindInfo("Project", "projects", Scope.CLUSTER, ProjectSpec),
-        KindInfo("Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus),
         KindInfo(
-            "CertificateRevocation", "certificaterevocations", Scope.CLUSTER, CertificateRevocationSpec, writable=False
+            "Cluster", "clusters", Scope.CLUSTER, ClusterSpec, status=ClusterStatus, feeds=frozenset({Feed.FLEET})
         ),
-        KindInfo("API", "apis", Scope.PROJECT, APISpec, message=resources_pb2.API, cluster_made=True),
-        KindInfo("LogicalCloud", "logicalclouds", Scope.PROJECT, LogicalCloudSpec),
-        KindInfo("ServiceIntent", "serviceintents", Scope.PROJECT, ServiceIntentSpec, names=("LogicalCloud",)),
-        KindInfo("EgressIntent", "egressintents", Scope.PROJECT, EgressIntentSpec, names=("LogicalCloud",)),
+        KindInfo(
+            "CertificateRevocation",
+            "certificaterevocations",
+            Scope.CLUSTER,
+            CertificateRevocationSpec,
+            writable=False,
+            feeds=frozenset({Feed.REVOCATIONS}),
+        ),
+        KindInfo(
+            "API",
+            "apis",
+            Scope.PROJECT,
+            APISpec,
+            message=resources_pb2.API,
+            cluster_made=True,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.ROUTES}),
+        ),
+        KindInfo(
+            "LogicalCloud",
+            "logicalclouds",
+            Scope.PROJECT,
+            LogicalCloudSpec,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.MANIFESTS}),
+        ),
+        KindInfo(
+            "ServiceIntent",
+            "serviceintents",
+            Scope.PROJECT,
+            ServiceIntentSpec,
+            names=("LogicalCloud",),
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.MANIFESTS}),
+        ),
+        KindInfo(
+            "EgressIntent",
+            "egressintents",
+            Scope.PROJECT,
+            EgressIntentSpec,
+            names=("LogicalCloud",),
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.MANIFESTS}),
+        ),
         KindInfo(
             "IngressIntent",
             "ingressintents",
             Scope.PROJECT,
             IngressIntentSpec,
             names=("LogicalCloud", "ServiceIntent"),
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.MANIFESTS}),
         ),
-        KindInfo("Application", "applications", Scope.PROJECT, ApplicationSpec, message=resources_pb2.Application),
+        KindInfo(
+            "Application",
+            "applications",
+            Scope.PROJECT,
+            ApplicationSpec,
+            message=resources_pb2.Application,
+            follows=Follows.PROJECT_APIS,
+            writers=_SUBSCRIBER,
+            feeds=frozenset({Feed.ACCESS}),
+        ),
         KindInfo(
             "Subscription",
             "subscriptions",
@@ -214,6 +309,9 @@ REGISTRY = KindRegistry(
             SubscriptionSpec,
             message=resources_pb2.Subscription,
             names=("Application", "API"),
+            follows=Follows.NAMED_API,
+            writers=_SUBSCRIBER,
+            feeds=frozenset({Feed.ACCESS}),
         ),
         KindInfo(
             "RateLimitPolicy",
@@ -222,6 +320,9 @@ REGISTRY = KindRegistry(
             RateLimitPolicySpec,
             message=resources_pb2.RateLimitPolicy,
             names=("API",),
+            follows=Follows.POLICY_TARGET,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.ACCESS}),
         ),
         KindInfo(
             "ApplicationKey",
@@ -231,8 +332,19 @@ REGISTRY = KindRegistry(
             message=resources_pb2.ApplicationKey,
             writable=False,
             exposed=False,
+            follows=Follows.APPLICATION,
+            writers=_SUBSCRIBER,
+            feeds=frozenset({Feed.ACCESS}),
         ),
-        KindInfo("KeySet", "keysets", Scope.CLUSTER, KeySetSpec, message=resources_pb2.KeySet, writable=False),
+        KindInfo(
+            "KeySet",
+            "keysets",
+            Scope.CLUSTER,
+            KeySetSpec,
+            message=resources_pb2.KeySet,
+            writable=False,
+            feeds=frozenset({Feed.ACCESS}),
+        ),
         KindInfo("ServiceEndpoint", "serviceendpoints", Scope.PROJECT, ServiceEndpointSpec, writable=False),
     ]
 )

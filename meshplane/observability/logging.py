@@ -7,19 +7,8 @@ import sys
 from typing import Literal
 
 import structlog
-from opentelemetry import trace
 
 LogFormat = Literal["json", "text"]
-
-
-def add_trace_ids(_logger: object, _method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
-    """Name the span a line is logged in, so a trace and its logs find each other."""
-    span = trace.get_current_span()
-    if span.is_recording():
-        context = span.get_span_context()
-        event["trace_id"] = trace.format_trace_id(context.trace_id)
-        event["span_id"] = trace.format_span_id(context.span_id)
-    return event
 
 
 def configure_logging(fmt: LogFormat = "json", level: str = "info", **bound: str) -> None:
@@ -27,6 +16,9 @@ def configure_logging(fmt: LogFormat = "json", level: str = "info", **bound: str
 
     `bound` values (e.g. cluster=...) are added to every line of this process.
     """
+    # Only a process that configures logging needs tracing: a module that merely logs (a pure core) does not.
+    from meshplane.observability.tracing import add_trace_ids
+
     shared: list = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

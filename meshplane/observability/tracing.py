@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import structlog
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -70,3 +71,13 @@ def current_carrier(context: Context | None = None) -> Carrier | None:
 def context_of(carrier: Mapping[str, str] | None) -> Context:
     """A context whose parent is the span `carrier` names; an empty context for nothing valid."""
     return _W3C.extract(dict(carrier or {}))
+
+
+def add_trace_ids(_logger: object, _method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Name the span a line is logged in, so a trace and its logs find each other."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        context = span.get_span_context()
+        event["trace_id"] = trace.format_trace_id(context.trace_id)
+        event["span_id"] = trace.format_span_id(context.span_id)
+    return event

@@ -14,12 +14,12 @@ from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, Subscripti
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters, served_placement
 from meshplane.server.problems import Problem
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
 
@@ -31,19 +31,19 @@ class KnownApis(NamedTuple):
     revision: int
 
 
-ApiCatalog = Callable[[APISpec], Awaitable[KnownApis]]
+ApiLookup = Callable[[APISpec], Awaitable[KnownApis]]
 """The clusters and the APIs a server holds in memory that may meet the given one (at least those: see
 api_conflicts.route_bucket), so a write need not read every API back from the store; without one, the store
 is read."""
 
 
-async def check_access(store: Store, resource: Resource, catalog: ApiCatalog | None = None) -> int | None:
+async def check_access(store: Store, resource: Resource, lookup: ApiLookup | None = None) -> int | None:
     """Refuse what does not fit with what is stored. Returns the revision as of which the objects of the
     resource's own kind were weighed, when they were (see collides_with_access_checks)."""
     spec = resource.spec
     project = resource.metadata.project or ""
     if isinstance(spec, APISpec):
-        return await _check_api_routes(store, resource, spec, catalog)
+        return await _check_api_routes(store, resource, spec, lookup)
     if isinstance(spec, SubscriptionSpec):
         return await _check_subscription(store, project, resource.metadata.name, spec)
     if isinstance(spec, RateLimitPolicySpec):
@@ -128,9 +128,9 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
             raise InvalidObject([FieldError(path="spec.target.operation", message=message)])
 
 
-async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, catalog: ApiCatalog | None) -> int:
+async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, lookup: ApiLookup | None) -> int:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters, apis, revision = await catalog(spec) if catalog is not None else await _stored_apis(store)
+    clusters, apis, revision = await lookup(spec) if lookup is not None else await _stored_apis(store)
     served = served_placement(spec.placement, resource.metadata.origin)
     mine = placed_clusters(served, clusters)
     others: list[tuple[str | None, APISpec]] = []

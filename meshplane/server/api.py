@@ -10,8 +10,9 @@ from meshplane.model.base import WireModel
 from meshplane.model.meta import Placement, parse_label_selector
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import API_VERSION, FieldError, Resource
+from meshplane.model.roles import Role
 from meshplane.server.auth.guard import Caller
-from meshplane.server.auth.principal import Role, require_project, require_write
+from meshplane.server.auth.principal import require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem, ProblemDetail, problem_responses
 from meshplane.server.visibility import as_seen_by

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from meshplane.agent.translate.paths import PathPattern, base_pattern, catch_all, operation_pattern
 from meshplane.model.kinds import APISpec
+from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 
 ANY_METHOD = "*"
 

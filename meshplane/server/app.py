@@ -1,4 +1,5 @@
-"""The FastAPI application of the management server."""
+"""The FastAPI application of the management server: the one place the north API is assembled, for the
+server process and for in-process tests alike."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane import __version__
 from meshplane.observability.http_requests import ObserveRequests
-from meshplane.server.access_checks import ApiCatalog
+from meshplane.server.access_checks import ApiLookup
 from meshplane.server.api import install_object_routes
 from meshplane.server.auth.guard import Authenticator, current_principal
+from meshplane.server.auth.routes import tokens_router
+from meshplane.server.auth.tokens import TokenService
+from meshplane.server.cluster_resources import cluster_resources_router
+from meshplane.server.credentials import Credentials, credentials_router
 from meshplane.server.hardening import DEFAULT_MAX_BODY, RequestLimits
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
+from meshplane.server.projection import FleetProjection
+from meshplane.server.revocations import revocations_router
+from meshplane.server.signing import SigningKeys
 from meshplane.server.watch import watch_router
 from meshplane.store.store import Store
 
@@ -25,10 +33,16 @@ def create_app(
     authenticator: Authenticator | None = None,
     metrics_need_token: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
-    api_catalog: ApiCatalog | None = None,
+    api_lookup: ApiLookup | None = None,
+    tokens: TokenService | None = None,
+    signing: SigningKeys | None = None,
+    projection: FleetProjection | None = None,
+    revocations: bool = False,
 ) -> FastAPI:
     """The north API. The server process always passes an authenticator; without one (in-process tests)
-    every caller is an admin."""
+    every caller is an admin. The application keys' endpoints need the signing keys, what a cluster receives
+    needs the fleet projection: each is served when given; `revocations` serves revoking agent certificates.
+    The server process gives them all."""
     app = FastAPI(
         title="meshplane",
         version=__version__,
@@ -72,7 +86,14 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    install_object_routes(app, ObjectService(store, api_catalog))
+    install_object_routes(app, ObjectService(store, api_lookup))
     app.include_router(watch_router(store))
+    app.include_router(tokens_router(tokens or TokenService(store)))
+    if projection is not None:
+        app.include_router(cluster_resources_router(projection))
+    if revocations:
+        app.include_router(revocations_router(store))
+    if signing is not None:
+        app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     app.add_middleware(ObserveRequests)  # outermost: span and timing cover every layer
     return app

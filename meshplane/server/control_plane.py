@@ -19,7 +19,7 @@ from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.server.cluster_objects import ClusterObjects, ReportRefused
 from meshplane.server.objects import ObjectService
-from meshplane.server.service_catalog import apply_report
+from meshplane.server.service_endpoints import apply_report
 from meshplane.store.errors import AlreadyExists
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
@@ -120,7 +120,7 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         reported: Callable[[], None] = lambda: None,
         objects: ObjectService | None = None,
     ):
-        """`objects`: how reported objects are written (with the API catalog REST writes use, so a route check
+        """`objects`: how reported objects are written (with the API lookup REST writes use, so a route check
         weighs the same APIs whichever door a write came in by)."""
         self.clusters = clusters
         self.store = clusters.store
@@ -175,7 +175,7 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
     async def ReportServices(
         self, request: control_plane_pb2.ReportServicesRequest, context: grpc.aio.ServicerContext
     ) -> control_plane_pb2.ReportResponse:
-        """The cluster's service catalog, kept as ServiceEndpoints of origin `cluster/<name>`. Every change a
+        """The cluster's services, kept as ServiceEndpoints of origin `cluster/<name>`. Every change a
         report makes is idempotent, so a retried one is applied again harmlessly and its key only tells."""
         await self._check_cluster(request.cluster, context)
         try:

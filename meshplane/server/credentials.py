@@ -27,6 +27,7 @@ from meshplane.dataplane import KEY_APPLICATION_UID_CLAIM
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Lifetime, duration_seconds
 from meshplane.model.registry import REGISTRY
+from meshplane.model.stored import StoredObject
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_fleet_wide, require_project, require_write
 from meshplane.server.objects import ObjectService, fenced
@@ -34,7 +35,6 @@ from meshplane.server.problems import Problem, problem_responses
 from meshplane.server.signing import ISSUER, SigningKeys, publish_key_set
 from meshplane.store.batch import Fence
 from meshplane.store.errors import Conflict, NotFound
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 KEY_KIND = "ApplicationKey"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.stored import StoredObject
 from meshplane.server.problems import Problem
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 

@@ -30,24 +30,20 @@ from meshplane.security.tls import (
     keep_north_certificate_fresh,
     server_credentials,
 )
-from meshplane.server.access_checks import ApiCatalog, KnownApis
+from meshplane.server.access_checks import ApiLookup, KnownApis
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
-from meshplane.server.auth.routes import tokens_router
 from meshplane.server.auth.tokens import TokenService
-from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.compaction import Compactor
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
-from meshplane.server.credentials import Credentials, credentials_router
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
-from meshplane.server.revocations import revocations_router
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import AlreadyExists
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
@@ -122,15 +118,15 @@ class ClusterPresence(NoCallbacks):
             self.clusters.update_status(group, connected=False, lastSeen=now())
 
 
-def current_api_catalog(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiCatalog:
-    """The projection's route catalog once it holds every write this server has answered, so two writes in a
+def current_api_lookup(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiLookup:
+    """The projection's known APIs once it holds every write this server has answered, so two writes in a
     row from one client are checked against each other."""
 
-    async def catalog(spec: APISpec) -> KnownApis:
+    async def lookup(spec: APISpec) -> KnownApis:
         await feeder.caught_up()
-        return KnownApis(*projection.api_catalog(spec), feeder.revision)
+        return KnownApis(*projection.api_lookup(spec), feeder.revision)
 
-    return catalog
+    return lookup
 
 
 def quiet_garbage_collector() -> None:
@@ -245,9 +241,9 @@ async def run_server(
         ),
         grpc_server,
     )
-    api_catalog = current_api_catalog(feeder, projection)
+    api_lookup = current_api_lookup(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_catalog)), grpc_server
+        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup)), grpc_server
     )
     if grpc_credentials is None:
         grpc_server.add_insecure_port(settings.grpc_address)
@@ -260,12 +256,12 @@ async def run_server(
         authenticator=authenticator_for(settings, tokens),
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
-        api_catalog=api_catalog,
+        api_lookup=api_lookup,
+        tokens=tokens,
+        signing=signing,
+        projection=projection,
+        revocations=True,
     )
-    app.include_router(tokens_router(tokens))
-    app.include_router(cluster_resources_router(projection))
-    app.include_router(revocations_router(store))
-    app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
     host, port = split_address(settings.http_address)
     http_config = uvicorn.Config(
         app,

@@ -11,19 +11,19 @@ from collections.abc import Iterable
 
 from meshplane.model.kinds import ClusterSpec
 from meshplane.model.manifests import MANIFEST_TYPE, manifest_name, to_manifest
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, Feed
 from meshplane.model.resource import Resource
+from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.observability.logging import get_logger
-from meshplane.server.objects import to_resource
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo, Fleet
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
 log = get_logger("meshplane.server.manifests")
 
-RENDERED_FROM = ("LogicalCloud", "ServiceIntent", "EgressIntent", "IngressIntent")
+RENDERED_FROM = REGISTRY.kinds_feeding(Feed.MANIFESTS)
+"""The kinds rendered into manifests (clusters are what they are rendered for)."""
 
 
 def cluster_info(stored: StoredObject) -> ClusterInfo:
@@ -65,9 +65,10 @@ class ManifestProjection:
     def upsert(self, stored: StoredObject) -> None:
         key = stored.key
         try:
-            if stored.kind == "Cluster":
+            feeds = REGISTRY.get(stored.kind).feeds
+            if Feed.FLEET in feeds:
                 self.clusters[stored.name] = cluster_info(stored)
-            elif stored.kind in RENDERED_FROM:
+            elif Feed.MANIFESTS in feeds:
                 self.sources[key] = to_resource(REGISTRY.get(stored.kind), stored)
             else:
                 return
@@ -78,7 +79,7 @@ class ManifestProjection:
 
     def remove(self, key: ObjectKey) -> None:
         kind, _, name = key
-        if kind == "Cluster" and self.clusters.pop(name, None) is not None:
+        if Feed.FLEET in REGISTRY.get(kind).feeds and self.clusters.pop(name, None) is not None:
             self.cache.set_type(name, MANIFEST_TYPE, {})
         self.sources.pop(key, None)
         self._stale = True

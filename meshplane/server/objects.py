@@ -16,9 +16,10 @@ from opentelemetry.trace import Span
 from meshplane.model.meta import LabelSelector, Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.stored import StoredObject, to_resource
 from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import (
-    ApiCatalog,
+    ApiLookup,
     check_access,
     collides_with_access_checks,
     delete_dependents,
@@ -29,33 +30,12 @@ from meshplane.server.access_checks import (
 from meshplane.server.continuation import ContinueTokens
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
-from meshplane.server.service_catalog import rehome
+from meshplane.server.service_endpoints import rehome
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
 MAX_PAGE = 1000
-
-
-def to_resource(info: KindInfo, stored: StoredObject) -> Resource:
-    """The API view of a stored object: metadata filled from the store, status as the system wrote it."""
-    metadata: dict[str, Any] = {
-        "name": stored.name,
-        "labels": stored.labels,
-        "annotations": stored.annotations,
-        "resourceVersion": str(stored.revision),
-        "generation": stored.generation,
-        "uid": stored.uid,
-        "creationTimestamp": stored.created_at.isoformat(),
-    }
-    if stored.project:
-        metadata["project"] = stored.project
-    if stored.origin:
-        metadata["origin"] = stored.origin
-    return info.model.model_validate(
-        {"kind": info.kind, "metadata": metadata, "spec": stored.spec, "status": stored.status}
-    )
 
 
 def parse_revision(text: str | None, path: str = "metadata.resourceVersion") -> int | None:
@@ -166,9 +146,9 @@ async def fenced(
 
 
 class ObjectService:
-    def __init__(self, store: Store, api_catalog: ApiCatalog | None = None):
+    def __init__(self, store: Store, api_lookup: ApiLookup | None = None):
         self.store = store
-        self.api_catalog = api_catalog
+        self.api_lookup = api_lookup
         self.continue_tokens = ContinueTokens(store)
 
     async def require_project(self, project: str) -> None:
@@ -236,7 +216,7 @@ class ObjectService:
         async def check() -> Fence | None:
             seen = [
                 await check_intent(self.store, resource),
-                await check_access(self.store, resource, self.api_catalog),
+                await check_access(self.store, resource, self.api_lookup),
             ]
             return _fence(resource, seen)
 

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from meshplane.model.meta import Placement, origin_cluster
-from meshplane.store.records import ObjectKey
+from meshplane.model.registry import REGISTRY, Follows
+from meshplane.model.stored import ObjectKey
 
 
 def placed_clusters(placement: Placement, clusters: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
@@ -21,8 +22,13 @@ def served_placement(placement: Placement, origin: str | None) -> Placement:
     return placement if cluster is None else Placement(clusters=[cluster])
 
 
-FOLLOWERS = frozenset({"Subscription", "Application", "ApplicationKey", "RateLimitPolicy"})
-"""Kinds placed where the APIs they touch are placed, rather than by a placement of their own."""
+FOLLOWED = "API"
+"""The kind followers are placed with (see `Follows`)."""
+
+
+def follows(kind: str) -> bool:
+    """Placed where the APIs it touches are placed, rather than by a placement of its own."""
+    return REGISTRY.get(kind).follows is not None
 
 
 class _HasSpec(Protocol):
@@ -32,35 +38,36 @@ class _HasSpec(Protocol):
 def followers_placement(
     project: str, objects: Mapping[ObjectKey, _HasSpec], placed: Mapping[ObjectKey, frozenset[str]]
 ) -> dict[ObjectKey, frozenset[str]]:
-    """Where each follower of one project goes, from where its APIs are placed: a subscription with its
-    API, an application (and its keys) wherever the project has an API, a policy with the API it targets
-    (or, for a plan, with the subscriptions on that plan)."""
-    mine = {key: obj.spec for key, obj in objects.items() if key[1] == project and key[0] in FOLLOWERS | {"API"}}
+    """Where each follower of one project goes, from where its APIs are placed (see `Follows`): a
+    subscription with its API, an application (and its keys) wherever the project has an API, a policy with
+    the API it targets (or, for a plan, with the subscriptions on that plan)."""
+    by: dict[Follows | None, dict[ObjectKey, Any]] = {}
+    for key, obj in objects.items():
+        if key[1] == project:
+            by.setdefault(REGISTRY.get(key[0]).follows, {})[key] = obj.spec
     out: dict[ObjectKey, frozenset[str]] = {}
 
     def api(name: str | None) -> frozenset[str]:
-        return placed.get(("API", project, name or ""), frozenset())
+        return placed.get((FOLLOWED, project, name or ""), frozenset())
 
-    subscriptions = {key: spec for key, spec in mine.items() if key[0] == "Subscription"}
+    subscriptions = by.get(Follows.NAMED_API, {})
     for key, spec in subscriptions.items():
         out[key] = api(spec.api)
     # Any application may call any API of its project once subscribed: every gateway of the project knows
     # every application and key, so a valid key without a subscription is refused as such (403), not as
     # unknown (401), on the native and the enforcer path alike.
-    everywhere = frozenset().union(*(api(key[2]) for key in mine if key[0] == "API"))
-    for key in mine:
-        if key[0] == "Application":
-            out[key] = everywhere
-    for key, spec in mine.items():
-        if key[0] == "ApplicationKey":
-            out[key] = out.get(("Application", project, spec.application), frozenset())
-        elif key[0] == "RateLimitPolicy":
-            target = spec.target
-            if target.kind.value != "SubscriptionPlan":
-                out[key] = api(target.name)
-            elif target.api is not None:
-                out[key] = api(target.api)
-            else:
-                plan = [out[k] for k, s in subscriptions.items() if s.plan == target.name]
-                out[key] = frozenset().union(*plan)
+    everywhere = frozenset().union(*(api(key[2]) for key in by.get(None, {}) if key[0] == FOLLOWED))
+    for key in by.get(Follows.PROJECT_APIS, {}):
+        out[key] = everywhere
+    for key, spec in by.get(Follows.APPLICATION, {}).items():
+        out[key] = out.get(("Application", project, spec.application), frozenset())
+    for key, spec in by.get(Follows.POLICY_TARGET, {}).items():
+        target = spec.target
+        if target.kind.value != "SubscriptionPlan":
+            out[key] = api(target.name)
+        elif target.api is not None:
+            out[key] = api(target.api)
+        else:
+            plan = [out[k] for k, s in subscriptions.items() if s.plan == target.name]
+            out[key] = frozenset().union(*plan)
     return out

@@ -18,12 +18,11 @@ from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
+from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
 from meshplane.server.api_conflicts import route_bucket
-from meshplane.server.objects import to_resource
-from meshplane.server.placement import FOLLOWERS, followers_placement, placed_clusters, served_placement
-from meshplane.store.records import ObjectKey, StoredObject
+from meshplane.server.placement import FOLLOWED, followers_placement, follows, placed_clusters, served_placement
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
@@ -89,9 +88,10 @@ class FleetProjection:
         return followers_placement(project, self._project_objects(project), self.placed)
 
     def _index(self, key: ObjectKey, present: bool) -> None:
-        if key[0] == "API":
+        if key[0] == FOLLOWED:
             self._index_routes(key, present)
-        if key[0] not in FOLLOWERS and key[0] != "API":
+        follower = follows(key[0])
+        if not follower and key[0] != FOLLOWED:
             return
         related = self._related.setdefault(key[1], set())
         if present == (key in related):
@@ -100,7 +100,7 @@ class FleetProjection:
             related.add(key)
         else:
             related.discard(key)
-        if key[0] in FOLLOWERS:
+        if follower:
             self._followers[key[1]] += 1 if present else -1
 
     def _index_routes(self, key: ObjectKey, present: bool) -> None:
@@ -133,7 +133,7 @@ class FleetProjection:
         alike: dict[frozenset[str], frozenset[str]] = {}  # one set object per distinct placement
         self.placed = {}
         for key, obj in self.objects.items():
-            if key[0] not in FOLLOWERS:
+            if obj.info.follows is None:
                 placed = self._placement(obj)
                 self.placed[key] = alike.setdefault(placed, placed)
         for project in list(self._related):
@@ -152,7 +152,7 @@ class FleetProjection:
         self.objects[key] = delivered
         self._index(key, True)
         self._dirty.add(key)
-        if key[0] in FOLLOWERS:
+        if delivered.info.follows is not None:
             after = self._follow(stored.project).get(key, frozenset())
         else:
             after = self._placement(delivered)
@@ -199,7 +199,7 @@ class FleetProjection:
         if self.clusters.pop(name, None) is not None:
             self._replace_cluster(name)
 
-    def api_catalog(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
+    def api_lookup(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
         """The clusters and the APIs, as this server last saw them, whose routes may meet `spec`'s: those in
         its route bucket and the templated ones (every API for a templated basePath)."""
         bucket = route_bucket(spec.base_path)
@@ -223,7 +223,7 @@ class FleetProjection:
         # Objects placed alike go on sharing one set: each distinct (set before, selected) is made once.
         moved: dict[tuple[frozenset[str], bool], frozenset[str]] = {}
         for key, obj in self.objects.items():
-            if key[0] in FOLLOWERS:
+            if obj.info.follows is not None:
                 continue
             before = self.placed.get(key, frozenset())
             selected = labels is not None and obj.placement.selects(name, labels)

@@ -16,10 +16,10 @@ from meshplane.model.base import WireModel
 from meshplane.model.kinds import SERIAL_PATTERN, CertificateRevocationSpec
 from meshplane.model.meta import Name
 from meshplane.model.registry import REGISTRY
+from meshplane.model.stored import to_resource
 from meshplane.security.revocation import REVOCATION_KIND
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_fleet_wide, require_write
-from meshplane.server.objects import to_resource
 from meshplane.server.problems import Problem, problem_responses
 from meshplane.store.errors import AlreadyExists
 from meshplane.store.store import Store

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from meshplane.model.status import DeliveryState
+from meshplane.model.stored import ObjectKey
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import DELIVERY_LAG_REVISIONS, DELIVERY_LAG_SECONDS
 from meshplane.server.control_plane import ClusterRegistry
 from meshplane.server.leader import Leadership
 from meshplane.server.projection import DeliveredObject, FleetProjection
 from meshplane.store.errors import NotFound
-from meshplane.store.records import Delivery, ObjectKey
+from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.status")

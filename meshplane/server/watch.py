@@ -11,12 +11,12 @@ from sse_starlette.sse import EventSourceResponse
 
 from meshplane.model.registry import REGISTRY, UnknownKind
 from meshplane.model.resource import API_VERSION, FieldError
+from meshplane.model.stored import StoredObject, to_resource
 from meshplane.server.auth.guard import Caller
 from meshplane.server.auth.principal import require_project
-from meshplane.server.objects import to_resource
 from meshplane.server.problems import Problem, problem_responses
 from meshplane.store.errors import Compacted
-from meshplane.store.records import Event, StoredObject
+from meshplane.store.records import Event
 from meshplane.store.store import Store
 
 _Sent = dict[tuple[str, str, str], dict[str, Any]]

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import uuid4
 
-from meshplane.store.records import ObjectKey, StoredObject
+from meshplane.model.stored import ObjectKey, StoredObject
 
 _R = TypeVar("_R")
 

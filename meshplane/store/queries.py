@@ -11,8 +11,9 @@ from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, tuple
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.model.stored import StoredObject
 from meshplane.store.batch import Change
-from meshplane.store.records import Delivery, Event, StoredObject, TokenRecord
+from meshplane.store.records import Delivery, Event, TokenRecord
 from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, server_keys, tokens
 
 _EVENT_COLUMNS = [

@@ -1,35 +1,10 @@
-"""What the store hands out: plain immutable records, free of ORM and pydantic."""
+"""What the store hands out besides objects (see `model.stored`): plain immutable records, free of ORM and pydantic."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-ObjectKey = tuple[str, str, str]
-"""(kind, project, name): what names an object in the store."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    kind: str
-    project: str
-    name: str
-    uid: str
-    revision: int
-    generation: int
-    origin: str | None
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    spec: dict[str, Any]
-    status: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    deleted: bool
-
-    @property
-    def key(self) -> ObjectKey:
-        return (self.kind, self.project, self.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,13 +25,14 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
 from meshplane.store.batch import Change, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken, OwnedElsewhere
-from meshplane.store.records import Delivery, Event, ObjectKey, StoredObject, TokenRecord
+from meshplane.store.records import Delivery, Event, TokenRecord
 
 Within = ObjectKey | tuple[ObjectKey, ...] | None
 """What must be live when a write commits: one object's key, or several."""

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshplane.server.app import create_app
-from meshplane.server.credentials import Credentials, NewKey, credentials_router
+from meshplane.server.credentials import Credentials, NewKey
 from meshplane.server.objects import CHECK_ATTEMPTS, ObjectService
 from meshplane.server.problems import Problem
 from meshplane.server.signing import SigningKeys, publish_key_set
@@ -83,9 +83,7 @@ def signing(tmp_path: Path) -> SigningKeys:
 async def client(store: Store, signing: SigningKeys) -> AsyncIterator[httpx.AsyncClient]:
     """A server as `meshplane server` assembles it (with the keys endpoints), holding projects `shop` and `other`."""
     await publish_key_set(store, signing)
-    app = create_app(store)
-    app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
-    async with north_client(app, ["shop", "other"]) as http:
+    async with north_client(create_app(store, signing=signing), ["shop", "other"]) as http:
         yield http
 
 

@@ -16,14 +16,11 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from meshplane.model.roles import Role
 from meshplane.server.app import create_app
 from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
-from meshplane.server.auth.principal import Role
-from meshplane.server.auth.routes import tokens_router
 from meshplane.server.auth.tokens import TokenService
-from meshplane.server.credentials import Credentials, credentials_router
-from meshplane.server.objects import ObjectService
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.store import Store
 
@@ -72,9 +69,9 @@ async def world(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     tokens = TokenService(store)
     signing = SigningKeys(tmp_path / "signing")
     await publish_key_set(store, signing)
-    app = create_app(store, authenticator=Authenticator(tokens, brake=FailureBrake(limit=5)))
-    app.include_router(tokens_router(tokens))
-    app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
+    app = create_app(
+        store, authenticator=Authenticator(tokens, brake=FailureBrake(limit=5)), tokens=tokens, signing=signing
+    )
     issued = {}
     for role in ROLES:
         for scope in SCOPES:
@@ -238,7 +235,6 @@ async def test_oidc_users_get_the_roles_their_claim_names(tmp_path: Path) -> Non
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'meshplane.db'}")
     oidc = OidcVerifier(OidcSettings(issuer=IDP_ISSUER, audience="meshplane", jwks=json.dumps({"keys": [jwk]})))
     app = create_app(store, authenticator=Authenticator(TokenService(store), oidc))
-    app.include_router(tokens_router(TokenService(store)))
 
     def user(roles: Any, **claims: Any) -> dict[str, str]:
         now = int(time.time())

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from meshplane.model.roles import Role
 from meshplane.server.auth.guard import MAX_CLIENTS, FailureBrake
-from meshplane.server.auth.principal import Role
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.problems import Problem
 from meshplane.store.store import Store

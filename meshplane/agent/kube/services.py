@@ -1,5 +1,5 @@
 """This cluster's Kubernetes Services, followed with a watch: the agent reports them up as the cluster's
-service catalog, and resolves the API backends that name a service with them."""
+services, and resolves the API backends that name a service with them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ log = get_logger("meshplane.agent.kube.services")
 
 SERVICES = ResourceType("v1", "Service", "services", namespaced=True)
 UNREPORTED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
-"""Kubernetes' own machinery: backends may still name its services, but they are no one's catalog."""
+"""Kubernetes' own machinery: backends may still name its services, but they are listed nowhere."""
 
 ServiceKey = tuple[str, str]
 """(namespace, name)"""
@@ -34,7 +34,7 @@ class LocalService:
 
 
 def local_service(cluster: str, obj: Mapping[str, Any], gateway: EastWestGateway | None) -> LocalService:
-    """A Service object as the catalog has it (ValidationError for one the model cannot take)."""
+    """A Service object as the listing has it (ValidationError for one the model cannot take)."""
     meta, spec = obj["metadata"], obj.get("spec") or {}
     ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
     ports = [
@@ -71,7 +71,7 @@ class ServiceWatch:
         return {key: service.spec for key, service in self.services.items()}
 
     def reportable(self) -> dict[ServiceKey, LocalService] | None:
-        """The cluster's service catalog: its services outside Kubernetes' own namespaces."""
+        """The cluster's services: those outside Kubernetes' own namespaces."""
         if self.services is None:
             return None
         return {key: service for key, service in self.services.items() if key[0] not in UNREPORTED_NAMESPACES}
@@ -85,7 +85,7 @@ class ServiceWatch:
             return (meta["namespace"], meta["name"]), local_service(self.cluster, obj, self.gateway)
         except ValidationError as exc:
             log.warning(
-                "service left out of the catalog", namespace=meta["namespace"], name=meta["name"], error=str(exc)
+                "service left out of the listing", namespace=meta["namespace"], name=meta["name"], error=str(exc)
             )
             return None
 

@@ -40,10 +40,10 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.apis import Api
-from meshplane.agent.translate.catalog import Catalog
 from meshplane.agent.translate.clusters import inline_cluster, is_ip_literal
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
+from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.dataplane import (
     APPLICATION_HEADER,
     CONTEXT_API,
@@ -124,7 +124,7 @@ class AccessPlan:
     """What every API asks of the gateway, gathered once per translation."""
 
     settings: GatewaySettings
-    catalog: Catalog
+    entitlements: Entitlements
     now: float
     providers: dict[str, jwt_pb2.JwtProvider] = field(default_factory=dict)
     clusters: list[cluster_pb2.Cluster] = field(default_factory=list)
@@ -134,8 +134,8 @@ class AccessPlan:
     uses_identity: bool = False
 
     @classmethod
-    def of(cls, apis: list[Api], settings: GatewaySettings, catalog: Catalog, now: float) -> AccessPlan:
-        plan = cls(settings, catalog, now)
+    def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements, now: float) -> AccessPlan:
+        plan = cls(settings, entitlements, now)
         for api in apis:
             plan._survey(api)
         if plan.uses_enforcer:
@@ -153,7 +153,7 @@ class AccessPlan:
         if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
             self.uses_enforcer |= self.settings.enforcer_address is not None
         elif auth.api_key is not None:
-            jwks = self.catalog.jwks()
+            jwks = self.entitlements.jwks()
             if jwks is not None:
                 self.providers.setdefault(_key_provider_name(auth.api_key), _key_provider(auth.api_key, jwks))
                 self.uses_rbac = True
@@ -169,7 +169,7 @@ class AccessPlan:
         auth = self.api_key(api)
         if auth is not None and auth.mode is KeyMode.OPAQUE and self.settings.enforcer_address is None:
             return "this gateway has no enforcer to check opaque API keys"
-        if auth is not None and auth.mode is KeyMode.SIGNED and self.catalog.jwks() is None:
+        if auth is not None and auth.mode is KeyMode.SIGNED and self.entitlements.jwks() is None:
             return "this gateway has not received the keys API keys are signed with"
         return None
 
@@ -233,7 +233,7 @@ class AccessPlan:
         """Keys that must stop working, on every virtual host: route tables reach open connections at once,
         where a listener change would wait for them to drain."""
         if self.uses_rbac:
-            rules = _revoked_rules(self.catalog.refused_key_ids(self.now), self.catalog.application_uids())
+            rules = _revoked_rules(self.entitlements.refused_key_ids(self.now), self.entitlements.application_uids())
             virtual_host.typed_per_filter_config[REVOKED_RBAC].CopyFrom(packed(rules))
 
     def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
@@ -271,7 +271,7 @@ class AccessPlan:
         of the application it was issued to); its name is the plan, which Envoy records as the effective
         policy and the route forwards to the upstream."""
         by_plan: dict[str, list[str]] = {}
-        for grant in self.catalog.grants(api.project, api.name):
+        for grant in self.entitlements.grants(api.project, api.name):
             by_plan.setdefault(grant.plan, []).append(grant.uid)
         policies = {
             plan: _anything_by([_claim_is(KEY_PAYLOAD, KEY_APPLICATION_UID_CLAIM, uid) for uid in sorted(uids)])

@@ -25,9 +25,9 @@ from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.access import EXT_AUTHZ, JWT, KEY_PAYLOAD, service_cluster
 from meshplane.agent.translate.apis import Api
-from meshplane.agent.translate.catalog import Catalog
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
+from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.dataplane import DESCRIPTOR_API, DESCRIPTOR_APPLICATION, DESCRIPTOR_OPERATION, RATELIMIT_DOMAIN
 from meshplane.model.access import KeyMode, LimitScope, RateLimit, RateUnit
 from meshplane.model.kinds import Operation
@@ -70,14 +70,14 @@ class LimitPlan:
     """Where each API's caller is named in dynamic metadata: (filter namespace, path)."""
 
     @classmethod
-    def of(cls, apis: list[Api], settings: GatewaySettings, catalog: Catalog) -> LimitPlan:
+    def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements) -> LimitPlan:
         plan = cls(settings)
         for api in apis:
-            plan._survey(api, catalog)
+            plan._survey(api, entitlements)
         return plan
 
-    def _survey(self, api: Api, catalog: Catalog) -> None:
-        found = catalog.limits(api.project, api.name)
+    def _survey(self, api: Api, entitlements: Entitlements) -> None:
+        found = entitlements.limits(api.project, api.name)
         api_limits = [*found.api, *([api.spec.rate_limit] if api.spec.rate_limit else [])]
         operations = {key: list(value) for key, value in found.operations.items()}
         for op in api.spec.operations:

@@ -22,16 +22,10 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import is_ip_literal
 from meshplane.agent.translate.common import ads_source, duration, packed
 from meshplane.agent.translate.listener import router_filter
-from meshplane.agent.translate.paths import (
-    PathPattern,
-    base_pattern,
-    base_rewrite,
-    catch_all,
-    grpc_route_match,
-    operation_pattern,
-)
+from meshplane.agent.translate.paths import base_rewrite, grpc_route_match
 from meshplane.agent.translate.routes import cluster_action, route_name
 from meshplane.model.kinds import Backend, BackendProtocol, HttpMethod
+from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 
 GRPC_RETRY_ON = frozenset({"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"})
 """The retry conditions gRPC's xDS client understands (status codes); it ignores Envoy's others."""

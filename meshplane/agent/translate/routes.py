@@ -21,15 +21,9 @@ from google.protobuf import wrappers_pb2
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.common import duration
 from meshplane.agent.translate.hosts import group_domains
-from meshplane.agent.translate.paths import (
-    PathPattern,
-    base_pattern,
-    base_rewrite,
-    catch_all,
-    operation_pattern,
-    route_match,
-)
+from meshplane.agent.translate.paths import base_rewrite, route_match
 from meshplane.model.kinds import Backend, Operation
+from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 
 _SortKey = tuple[object, ...]
 RouteHook = Callable[[Api, Operation | None, route_components_pb2.Route], None]

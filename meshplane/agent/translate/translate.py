@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from itertools import pairwise
 
@@ -10,9 +9,9 @@ from envoy.config.route.v3 import route_components_pb2
 
 from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
-from meshplane.agent.translate.catalog import Catalog
 from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
+from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
@@ -51,15 +50,16 @@ def _refusals(views: Iterable[Api], settings: GatewaySettings) -> dict[str, str]
 def translate_apis(
     apis: Iterable[Resource],
     settings: GatewaySettings,
-    catalog: Catalog | None = None,
+    entitlements: Entitlements | None = None,
     now: float | None = None,
     services: LocalServices | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
-    `catalog` says who may call what (applications, subscriptions, keys, limits); `now` decides which key
-    records have run out; `services` are the cluster's Kubernetes services, when known, for the backends
-    that name one (see `service_backends`). An API that would make the gateway reach what this cluster
+    `entitlements` says who may call what (applications, subscriptions, keys, limits); `now` (seconds since the
+    epoch, required with entitlements: the translator reads no clock) decides which key records have run out;
+    `services` are the cluster's Kubernetes services, when known, for the backends that name one (see
+    `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
@@ -68,9 +68,12 @@ def translate_apis(
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
     refused = _refusals(resolved, settings)
     views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
-    catalog = catalog or Catalog()
-    access = AccessPlan.of(views, settings, catalog, time.time() if now is None else now)
-    limits = LimitPlan.of(views, settings, catalog)
+    if entitlements is None:
+        entitlements, now = Entitlements(), 0.0  # no keys: no time to weigh them against
+    elif now is None:
+        raise TypeError("translate_apis needs `now` with entitlements: which keys have run out depends on it")
+    access = AccessPlan.of(views, settings, entitlements, now)
+    limits = LimitPlan.of(views, settings, entitlements)
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         access.decorate(api, op, route)

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import jwt
 
+from meshplane.model.roles import Role
 from meshplane.observability.logging import get_logger
-from meshplane.server.auth.principal import Principal, Role
+from meshplane.server.auth.principal import Principal
 
 log = get_logger("meshplane.server.auth.oidc")
 

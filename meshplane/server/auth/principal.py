@@ -1,32 +1,18 @@
 """Who a request speaks for, and the one table of what each role may do.
 
 Roles: admin (everything), publisher (APIs, rate-limit policies and traffic intents), subscriber
-(applications, subscriptions and their keys), viewer (reading). A principal bound to a project sees
+(applications, subscriptions and their keys), viewer (reading); each kind names the roles that may write
+it (`KindInfo.writers`). A principal bound to a project sees
 nothing of any other: those objects answer 404, as if they did not exist, never 403.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from meshplane.model.registry import REGISTRY, UnknownKind
+from meshplane.model.roles import Role
 from meshplane.server.problems import Problem
-
-
-class Role(StrEnum):
-    ADMIN = "admin"
-    PUBLISHER = "publisher"
-    SUBSCRIBER = "subscriber"
-    VIEWER = "viewer"
-
-
-WRITES: dict[Role, frozenset[str]] = {
-    Role.PUBLISHER: frozenset(
-        {"API", "RateLimitPolicy", "LogicalCloud", "ServiceIntent", "EgressIntent", "IngressIntent"}
-    ),
-    Role.SUBSCRIBER: frozenset({"Application", "Subscription", "ApplicationKey"}),
-}
-"""Kinds each non-admin role may change, inside the project(s) it covers."""
 
 
 @dataclass(frozen=True)
@@ -54,13 +40,22 @@ def require_project(principal: Principal, project: str) -> None:
         raise Problem(404, f"project {project!r} not found")
 
 
+def writers(kind: str) -> frozenset[Role]:
+    """The non-admin roles that may change `kind` inside the project(s) they cover; none for what is not a
+    kind of the registry (tokens)."""
+    try:
+        return REGISTRY.get(kind).writers
+    except UnknownKind:
+        return frozenset()
+
+
 def require_write(principal: Principal, kind: str, project: str | None) -> None:
     """Changing `kind` in `project` (None: a fleet-wide object) must be the principal's role's business."""
     if project is not None:
         require_project(principal, project)
     if principal.role is Role.ADMIN and (project is not None or principal.fleet_wide):
         return
-    if project is not None and kind in WRITES.get(principal.role, frozenset()):
+    if project is not None and principal.role in writers(kind):
         return
     where = f"in project {project!r}" if project is not None else "fleet-wide"
     raise Problem(403, f"role {principal.role.value} may not change {kind} objects {where}")

@@ -11,8 +11,9 @@ from pydantic import Field
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Lifetime, duration_seconds
 from meshplane.model.meta import Name
+from meshplane.model.roles import Role
 from meshplane.server.auth.guard import Caller
-from meshplane.server.auth.principal import Principal, Role, require_fleet_wide, require_write
+from meshplane.server.auth.principal import Principal, require_fleet_wide, require_write
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.problems import Problem, problem_responses
 from meshplane.store.records import TokenRecord

@@ -16,8 +16,9 @@ from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from meshplane.model.roles import Role
 from meshplane.observability.logging import get_logger
-from meshplane.server.auth.principal import Principal, Role
+from meshplane.server.auth.principal import Principal
 from meshplane.store.records import TokenRecord
 from meshplane.store.store import Store
 

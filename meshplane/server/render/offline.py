@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meshplane.model.manifests import DELIVERED_TYPE_URLS
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, Feed
 from meshplane.model.resource import Resource
 from meshplane.server.manifests import RENDERED_FROM, render_fleet
 from meshplane.server.projection import placement_of
@@ -25,7 +25,7 @@ def project_documents(docs: Iterable[dict[str, Any]], cluster: str) -> list[dict
     clusters = {
         r.metadata.name: ClusterInfo(r.metadata.name, r.metadata.labels, r.spec.east_west_gateway)  # type: ignore[attr-defined]
         for r in resources
-        if r.kind == "Cluster"
+        if Feed.FLEET in REGISTRY.get(r.kind).feeds
     }
     if cluster not in clusters:
         raise ValueError(f"cluster {cluster!r} is not defined in the files (add a Cluster object)")

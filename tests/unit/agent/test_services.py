@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 import pytest
 
-from meshplane.agent import service_catalog
+from meshplane.agent import service_endpoints
 from meshplane.agent.kube.client import ResourceType, WatchExpired
 from meshplane.agent.kube.services import LocalService, ServiceKey, ServiceWatch, local_service
-from meshplane.agent.service_catalog import ServiceCatalogSync
+from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.model.kinds import EastWestGateway
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
@@ -144,8 +144,8 @@ async def control_plane(servicer: RecordingControlPlane) -> AsyncIterator[grpc.a
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(service_catalog, "BATCH", 2)
-    monkeypatch.setattr(service_catalog, "SETTLE", 0.01)
+    monkeypatch.setattr(service_endpoints, "BATCH", 2)
+    monkeypatch.setattr(service_endpoints, "SETTLE", 0.01)
     yield
 
 
@@ -177,7 +177,7 @@ async def test_the_first_report_is_complete_and_later_ones_carry_only_the_differ
     servicer = RecordingControlPlane()
     catalog: dict[ServiceKey, LocalService] | None = None
     async with control_plane(servicer) as channel:
-        sync = ServiceCatalogSync(lambda: channel, "edge-1", lambda: catalog)
+        sync = ServiceEndpointSync(lambda: channel, "edge-1", lambda: catalog)
         task = asyncio.create_task(sync.run())
         try:
             sync.changed()  # not listed yet: nothing to say
@@ -210,7 +210,7 @@ async def test_an_unreachable_server_gets_the_same_reports_once_it_answers() -> 
     servicer = RecordingControlPlane(failures=2)
     catalog = catalog_of(("shop", "a", 80))
     async with control_plane(servicer) as channel:
-        sync = ServiceCatalogSync(lambda: channel, "edge-1", lambda: catalog)
+        sync = ServiceEndpointSync(lambda: channel, "edge-1", lambda: catalog)
         task = asyncio.create_task(sync.run())
         try:
             sync.changed()

@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 
 from meshplane.model.registry import REGISTRY
 from meshplane.model.status import DeliveryState
+from meshplane.model.stored import StoredObject
 from meshplane.server.control_plane import ClusterRegistry
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import DeliveredObject, FleetProjection, deliver
 from meshplane.server.status import StatusRollup, delivery_lag
-from meshplane.server.sync import ProjectionFeeder
-from meshplane.store.records import Delivery, StoredObject
+from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
 

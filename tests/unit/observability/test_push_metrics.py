@@ -12,9 +12,9 @@ from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.model.registry import REGISTRY
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from meshplane.model.registry import REGISTRY
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache

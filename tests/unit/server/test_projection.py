@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshplane.model.registry import REGISTRY
+from meshplane.model.stored import StoredObject
 from meshplane.model.wire import resource_name
 from meshplane.server.projection import FleetProjection
-from meshplane.store.records import StoredObject
 from meshplane.xds.cache import ResourceCache
 
 API_TYPE = REGISTRY.get("API").type_url
@@ -440,7 +440,7 @@ def test_the_route_catalog_offers_every_api_whose_first_segment_may_meet(
     probe = projection._deliver(api_at("probe", probe_path), None)
     assert probe is not None
 
-    _, offered = projection.api_catalog(probe.spec)
+    _, offered = projection.api_lookup(probe.spec)
 
     def first(path: str) -> str:
         return path.split("/")[1]

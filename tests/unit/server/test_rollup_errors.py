@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 from meshplane.model.status import DeliveryState
 from meshplane.server.control_plane import ClusterRegistry
+from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.server.status import StatusRollup
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache

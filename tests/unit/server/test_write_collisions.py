@@ -9,9 +9,9 @@ import pytest
 
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
+from meshplane.model.stored import StoredObject
 from meshplane.server.access_checks import collides_with_access_checks
 from meshplane.server.intent_checks import collides_with_intent_claims
-from meshplane.store.records import StoredObject
 
 BACKENDS = [{"host": "127.0.0.1", "port": 9001}]
 

@@ -5,10 +5,10 @@ import asyncio
 
 import pytest
 
+from meshplane.model.stored import StoredObject
 from meshplane.store import Store
 from meshplane.store.batch import Fence
 from meshplane.store.errors import Overtaken
-from meshplane.store.records import StoredObject
 
 
 def same_route(route: str, checked_at: int) -> Fence:

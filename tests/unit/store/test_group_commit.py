@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.model.stored import StoredObject
 from meshplane.store import AlreadyExists, Conflict, NotFound, Store, queries
-from meshplane.store.records import StoredObject
 
 
 def _counting_transactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:

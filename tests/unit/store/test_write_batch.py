@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
+from meshplane.model.stored import StoredObject
 from meshplane.store.batch import WriteBatch
-from meshplane.store.records import StoredObject
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

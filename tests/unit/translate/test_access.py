@@ -14,8 +14,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from google.protobuf import json_format
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
-from meshplane.agent.translate.catalog import Catalog
-from meshplane.agent.translate.services import enforcer_resources, ratelimiter_resources
+from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.feeds import enforcer_feed, limiter_feed
 from meshplane.agent.translate.translate import api_views
 from meshplane.dataplane import ENFORCER_API_TYPE, ENFORCER_APPLICATION_TYPE, RATELIMIT_CONFIG_TYPE
 from meshplane.model.registry import REGISTRY
@@ -44,8 +44,8 @@ def key(name: str, app: str, **spec: Any) -> Resource:
     return obj("ApplicationKey", name, {**fields, "sha256": "ab" * 32, **spec})
 
 
-def catalog(*extra: Resource) -> Catalog:
-    return Catalog.of(
+def entitlements(*extra: Resource) -> Entitlements:
+    return Entitlements.of(
         [
             obj("KeySet", "api-keys", {"issuer": "meshplane", "keys": [JWK]}, project=None),
             application("mobile"),
@@ -82,14 +82,14 @@ def routes(config: EnvoyConfig) -> dict[str, Any]:
 
 
 def test_an_api_without_policies_keeps_the_bare_filter_chain() -> None:
-    config = translate_apis([api("open", basePath="/open", backends=[backend()])], SERVICES, catalog(), NOW)
+    config = translate_apis([api("open", basePath="/open", backends=[backend()])], SERVICES, entitlements(), NOW)
 
     assert filter_names(config) == ["envoy.filters.http.router"]
     assert not manager(config).HasField("local_reply_config")
 
 
 def test_signed_keys_compile_to_jwt_authn_then_revocation_then_subscriptions() -> None:
-    config = translate_apis([orders()], SERVICES, catalog(), NOW)
+    config = translate_apis([orders()], SERVICES, entitlements(), NOW)
 
     assert filter_names(config) == [
         "envoy.filters.http.header_mutation",
@@ -116,7 +116,7 @@ def test_signed_keys_compile_to_jwt_authn_then_revocation_then_subscriptions() -
 
 
 def test_keys_bound_to_an_earlier_application_of_the_name_serve_no_one() -> None:
-    reborn = Catalog.of(
+    reborn = Entitlements.of(
         [
             application("mobile", uid="uid-reborn"),
             key("k-old", "mobile", sha256="cd" * 32),
@@ -128,12 +128,12 @@ def test_keys_bound_to_an_earlier_application_of_the_name_serve_no_one() -> None
 
     assert sorted(k.id for k in reborn.keys) == ["k-new", "k-unbound"]
     assert reborn.refused_key_ids(NOW) == []
-    digests = enforcer_resources([], reborn)[ENFORCER_APPLICATION_TYPE]["shop/mobile"]
+    digests = enforcer_feed([], reborn)[ENFORCER_APPLICATION_TYPE]["shop/mobile"]
     assert sorted(d.id for d in digests.keys) == ["k-new", "k-unbound"]
 
 
 def test_only_active_subscriptions_of_held_applications_are_let_in_named_by_plan() -> None:
-    config = translate_apis([orders()], SERVICES, catalog(), NOW)
+    config = translate_apis([orders()], SERVICES, entitlements(), NOW)
     route = routes(config)["shop/orders *"]
     per_route = rbac_pb2.RBACPerRoute()
     route.typed_per_filter_config["envoy.filters.http.rbac"].Unpack(per_route)
@@ -146,7 +146,7 @@ def test_only_active_subscriptions_of_held_applications_are_let_in_named_by_plan
 
 
 def test_key_records_running_out_later_are_not_refused_yet_and_wake_the_agent() -> None:
-    later = catalog(key("k-later", "mobile", expires="2030-01-01T00:00:00Z"))
+    later = entitlements(key("k-later", "mobile", expires="2030-01-01T00:00:00Z"))
 
     assert later.refused_key_ids(NOW) == ["k-revoked", "k-rotated"]
     assert later.next_expiry(NOW) == pytest.approx(1893456000.0)
@@ -155,8 +155,8 @@ def test_key_records_running_out_later_are_not_refused_yet_and_wake_the_agent() 
 def test_opaque_keys_go_to_the_enforcer_or_answer_503_without_one() -> None:
     opaque = orders(authentication={"apiKey": {"mode": "opaque", "query": "key"}})
 
-    with_enforcer = translate_apis([opaque], SERVICES, catalog(), NOW)
-    without = translate_apis([opaque], GatewaySettings(backends=LOOPBACK), catalog(), NOW)
+    with_enforcer = translate_apis([opaque], SERVICES, entitlements(), NOW)
+    without = translate_apis([opaque], GatewaySettings(backends=LOOPBACK), entitlements(), NOW)
 
     assert "envoy.filters.http.ext_authz" in filter_names(with_enforcer)
     assert manager(with_enforcer).http_filters[1].disabled
@@ -169,14 +169,14 @@ def test_opaque_keys_go_to_the_enforcer_or_answer_503_without_one() -> None:
 
 
 def test_signed_keys_without_a_key_set_answer_503() -> None:
-    config = translate_apis([orders()], SERVICES, Catalog(), NOW)
+    config = translate_apis([orders()], SERVICES, Entitlements(), NOW)
 
     assert routes(config)["shop/orders *"].direct_response.status == 503
 
 
 def test_enforcer_gets_opaque_apis_and_digests_of_keys_in_force_only() -> None:
     opaque = orders(authentication={"apiKey": {"mode": "opaque"}})
-    resources = enforcer_resources(api_views([opaque]), catalog())
+    resources = enforcer_feed(api_views([opaque]), entitlements())
 
     assert list(resources[ENFORCER_API_TYPE]) == ["shop/orders"]
     mobile = resources[ENFORCER_APPLICATION_TYPE]["shop/mobile"]
@@ -206,8 +206,8 @@ def test_local_limits_share_one_filter_and_global_ones_need_the_limiter() -> Non
         "operations": [{"method": "GET", "path": "/items"}, {"method": "POST", "path": "/items"}],
         "rateLimit": {"requestsPerUnit": 100, "unit": "minute"},
     }
-    with_limiter = translate_apis([orders(**spec)], SERVICES, catalog(*policies), NOW)
-    without = translate_apis([orders(**spec)], GatewaySettings(backends=LOOPBACK), catalog(*policies), NOW)
+    with_limiter = translate_apis([orders(**spec)], SERVICES, entitlements(*policies), NOW)
+    without = translate_apis([orders(**spec)], GatewaySettings(backends=LOOPBACK), entitlements(*policies), NOW)
 
     assert filter_names(with_limiter)[-3:] == [
         "envoy.filters.http.local_ratelimit",
@@ -221,7 +221,7 @@ def test_local_limits_share_one_filter_and_global_ones_need_the_limiter() -> Non
     assert entries == [[("api", "shop/orders")], [("api", "shop/orders"), ("operation", "POST /items")]]
     post = routes(with_limiter)["shop/orders POST /items"].route.rate_limits
     assert sorted(limit.stage.value for limit in post) == [0, 1, 1]
-    config = ratelimiter_resources(api_views([orders(**spec)]), SERVICES, catalog(*policies))[RATELIMIT_CONFIG_TYPE]
+    config = limiter_feed(api_views([orders(**spec)]), SERVICES, entitlements(*policies))[RATELIMIT_CONFIG_TYPE]
     tree = json_format.MessageToDict(config["meshplane"])
     assert tree["descriptors"] == [
         {
@@ -245,7 +245,7 @@ def test_scopes_compile_to_rbac_on_the_user_token() -> None:
             {"method": "POST", "path": "/orders", "scopes": ["orders:write"]},
         ],
     )
-    config = translate_apis([users], SERVICES, catalog(), NOW)
+    config = translate_apis([users], SERVICES, entitlements(), NOW)
     table = routes(config)
 
     assert "envoy.filters.http.rbac" not in table["shop/users GET /me"].typed_per_filter_config
@@ -255,7 +255,7 @@ def test_scopes_compile_to_rbac_on_the_user_token() -> None:
 
 
 def test_cors_adds_a_preflight_route_before_the_catch_all() -> None:
-    config = translate_apis([orders(cors={"allowOrigins": ["https://app.example"]})], SERVICES, catalog(), NOW)
+    config = translate_apis([orders(cors={"allowOrigins": ["https://app.example"]})], SERVICES, entitlements(), NOW)
     names = list(routes(config))
 
     assert names == ["shop/orders preflight", "shop/orders *"]
@@ -289,5 +289,5 @@ def test_envoy_accepts_every_policy_at_once(tmp_path: Path) -> None:
         "gold",
         {"target": {"kind": "SubscriptionPlan", "name": "gold"}, "requestsPerUnit": 5, "unit": "hour"},
     )
-    accepted, output = validate(tmp_path, static_bootstrap(translate_apis(apis, SERVICES, catalog(plan), NOW)))
+    accepted, output = validate(tmp_path, static_bootstrap(translate_apis(apis, SERVICES, entitlements(plan), NOW)))
     assert accepted, output

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 
 from meshplane.model.services import endpoint_name
 from meshplane.proto.v1 import control_plane_pb2
-from meshplane.server.service_catalog import apply_report, rehome
+from meshplane.server.service_endpoints import apply_report, rehome
 from meshplane.store import Store
 
 Key = control_plane_pb2.ServiceKey

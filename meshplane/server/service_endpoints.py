@@ -1,4 +1,4 @@
-"""ServiceEndpoints: the service catalogs agents report, kept as read-only objects of origin `cluster/<name>`.
+"""ServiceEndpoints: the services agents report, kept as read-only objects of origin `cluster/<name>`.
 
 An endpoint lives in the project named like its Kubernetes namespace when that project exists, else in
 `default`: namespaces are projects in the clusters already (our CRs are), and a namespace nobody made a
@@ -17,16 +17,16 @@ from google.protobuf import json_format
 from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY
 from meshplane.model.services import CLUSTER_LABEL, endpoint_name
+from meshplane.model.stored import StoredObject
 from meshplane.model.wire import integral
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.observability.tracing import current_carrier
 from meshplane.proto.v1 import control_plane_pb2
 from meshplane.store.errors import NotFound, OwnedElsewhere
-from meshplane.store.records import StoredObject
 from meshplane.store.store import Store
 
-log = get_logger("meshplane.server.service_catalog")
+log = get_logger("meshplane.server.service_endpoints")
 
 KIND = "ServiceEndpoint"
 FALLBACK_PROJECT = "default"
@@ -55,7 +55,7 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
     the cluster's others. InvalidObject for a service whose spec does not validate.
 
     What the cluster has stored is read once, and a service reported as it is stored is not written again:
-    an agent's first report after each start lists its whole catalog, mostly unchanged.
+    an agent's first report after each start lists all its services, mostly unchanged.
     """
     origin = cluster_origin(cluster)
     projects = _Projects(store)

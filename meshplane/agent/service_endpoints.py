@@ -1,4 +1,4 @@
-"""Keeps the server's copy of this cluster's service catalog equal to the cluster's own.
+"""Keeps the server's copy of this cluster's service endpoints equal to the cluster's own.
 
 Services are state, not events: the agent compares what the cluster has with what the server has
 acknowledged and sends the difference, so changes made while the server is away fold into one report
@@ -25,7 +25,7 @@ from meshplane.agent.reporter import REFUSED
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
-log = get_logger("meshplane.agent.service_catalog")
+log = get_logger("meshplane.agent.service_endpoints")
 
 SETTLE = 0.2
 """Seconds a change waits for the ones that come with it, so that they share one report."""
@@ -47,17 +47,17 @@ def _batches(items: list[Any]) -> list[list[Any]]:
     return [items[start : start + BATCH] for start in range(0, len(items), BATCH)]
 
 
-class ServiceCatalogSync:
+class ServiceEndpointSync:
     def __init__(
         self,
         channel: Callable[[], grpc.aio.Channel],
         cluster: str,
-        catalog: Callable[[], Mapping[ServiceKey, LocalService] | None],
+        services: Callable[[], Mapping[ServiceKey, LocalService] | None],
     ):
-        """`catalog()` is the cluster's catalog now, or None while it is not known yet."""
+        """`services()` is what the cluster has now, or None while it is not known yet."""
         self.channel = channel
         self.cluster = cluster
-        self.catalog = catalog
+        self.services = services
         self.wake = asyncio.Event()
         self._acked: dict[ServiceKey, LocalService] = {}
         self._complete = False
@@ -72,14 +72,14 @@ class ServiceCatalogSync:
             await self.wake.wait()
             await asyncio.sleep(SETTLE)
             self.wake.clear()
-            current = self.catalog()
+            current = self.services()
             if current is None:
                 continue
             try:
                 await self._send(dict(current))
                 delay = 0.2
             except grpc.aio.AioRpcError as exc:
-                log.warning("service catalog not taken yet; retrying", code=exc.code().name, retry_in=round(delay, 2))
+                log.warning("service endpoints not taken yet; retrying", code=exc.code().name, retry_in=round(delay, 2))
                 self.wake.set()
                 await asyncio.sleep(delay * random.uniform(0.8, 1.2))
                 delay = min(delay * 2, 10.0)
@@ -98,7 +98,7 @@ class ServiceCatalogSync:
         if not self._complete:
             await self._report(stub, complete=True, present=_keys(sorted(current)))
             self._complete = True
-            log.info("service catalog reported in full", services=len(current))
+            log.info("service endpoints reported in full", services=len(current))
 
     async def _report(self, stub: control_plane_pb2_grpc.ControlPlaneStub, **fields: Any) -> None:
         request = control_plane_pb2.ReportServicesRequest(
@@ -109,5 +109,5 @@ class ServiceCatalogSync:
         except grpc.aio.AioRpcError as exc:
             if exc.code() not in REFUSED:
                 raise
-            # No retry can change the answer: counted as sent, so the rest of the catalog still goes up.
+            # No retry can change the answer: counted as sent, so the rest of the services still go up.
             log.error("server refused a service report; skipped", code=exc.code().name, detail=exc.details())

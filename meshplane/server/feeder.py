@@ -6,23 +6,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from meshplane.model.registry import REGISTRY
+from meshplane.model.registry import REGISTRY, Feed
+from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
-from meshplane.security.revocation import REVOCATION_KIND, RevokedCertificates
-from meshplane.server.manifests import RENDERED_FROM, ManifestProjection
+from meshplane.security.revocation import RevokedCertificates
+from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
 from meshplane.store.errors import Compacted
-from meshplane.store.records import ObjectKey, StoredObject
 from meshplane.store.store import Store
 
-log = get_logger("meshplane.server.sync")
+log = get_logger("meshplane.server.feeder")
 
 _BATCH = 1000
 """Events read per pass; a full batch means more are waiting, so the next is read at once."""
-_WATCHED_KINDS = ["Cluster", *(info.kind for info in REGISTRY.delivered()), *RENDERED_FROM, REVOCATION_KIND]
-_PROJECTED_ELSEWHERE = {"Cluster", REVOCATION_KIND, *RENDERED_FROM}
-"""Watched kinds that are not delivered objects of the projection."""
+_RENDERED = frozenset({Feed.FLEET, Feed.MANIFESTS})
+"""What the manifest projection renders from: the clusters and the kinds rendered into manifests."""
+_WATCHED_KINDS = [info.kind for info in REGISTRY if info.delivered or info.feeds & {*_RENDERED, Feed.REVOCATIONS}]
 
 
 class ProjectionFeeder:
@@ -60,11 +60,12 @@ class ProjectionFeeder:
     async def _load(self) -> None:
         revision, objects = await self.store.snapshot(_WATCHED_KINDS)
         traces = await self.store.latest_trace_contexts(_WATCHED_KINDS, revision)
-        clusters = [o for o in objects if o.kind == "Cluster"]
-        self.manifests.reset(o for o in objects if o.kind == "Cluster" or o.kind in RENDERED_FROM)
+        feeds = {o.key: REGISTRY.get(o.kind).feeds for o in objects}
+        clusters = [o for o in objects if Feed.FLEET in feeds[o.key]]
+        self.manifests.reset(o for o in objects if feeds[o.key] & _RENDERED)
         self.manifests.flush()
-        self.revoked.reset(o.name for o in objects if o.kind == REVOCATION_KIND)
-        delivered = [o for o in objects if o.kind not in _PROJECTED_ELSEWHERE]
+        self.revoked.reset(o.name for o in objects if Feed.REVOCATIONS in feeds[o.key])
+        delivered = [o for o in objects if REGISTRY.get(o.kind).delivered]
         self.projection.reset(delivered, clusters, traces)
         self._advance(revision)
         self.ready.set()
@@ -96,25 +97,26 @@ class ProjectionFeeder:
         trace context."""
         for key, trace in changes.items():
             kind, _, name = key
+            info = REGISTRY.get(kind)
             stored = current.get(key)
-            if kind == REVOCATION_KIND:
+            if Feed.REVOCATIONS in info.feeds:
                 if stored is None:
                     self.revoked.forget(name)
                 else:
                     self.revoked.revoke(name)
                 continue
-            if kind == "Cluster" or kind in RENDERED_FROM:
+            if info.feeds & _RENDERED:
                 if stored is None:
                     self.manifests.remove(key)
                 else:
                     self.manifests.upsert(stored)
-            if kind in RENDERED_FROM:
-                continue
-            if kind == "Cluster":
+            if Feed.FLEET in info.feeds:
                 if stored is None:
                     self.projection.remove_cluster(name)
                 else:
                     self.projection.upsert_cluster(name, stored.labels)
+            elif not info.delivered:
+                continue
             elif stored is None:
                 self.projection.remove_object(key)
             else:

@@ -1,4 +1,5 @@
-"""Who may call what: the consumer side of a cluster's objects, indexed for the translator.
+"""Entitlements: who may call what at what rate, the consumer side of a cluster's objects, indexed for the
+translator.
 
 Built from the held Applications, Subscriptions, RateLimitPolicies, ApplicationKey records and the
 KeySet. References to objects this cluster does not hold (a deleted application, an API placed
@@ -60,7 +61,7 @@ class Limits:
 
 
 @dataclass
-class Catalog:
+class Entitlements:
     applications: dict[tuple[str, str], str] = field(default_factory=dict)
     """(project, name) -> uid of every application this cluster holds."""
     subscriptions: dict[tuple[str, str], list[Grant]] = field(default_factory=dict)
@@ -72,30 +73,30 @@ class Catalog:
     key_set: KeySetSpec | None = None
 
     @classmethod
-    def of(cls, resources: Iterable[Resource]) -> Catalog:
-        catalog = cls()
+    def of(cls, resources: Iterable[Resource]) -> Entitlements:
+        entitlements = cls()
         subscriptions, keys = [], []
         for resource in sorted(resources, key=lambda r: (r.kind, r.metadata.project or "", r.metadata.name)):
             project, name, spec = resource.metadata.project or "", resource.metadata.name, resource.spec
             if resource.kind == "Application":
-                catalog.applications[(project, name)] = resource.metadata.uid or ""
+                entitlements.applications[(project, name)] = resource.metadata.uid or ""
             elif isinstance(spec, SubscriptionSpec):
                 subscriptions.append((project, name, spec))
             elif isinstance(spec, RateLimitPolicySpec):
-                catalog.policies.append((project, name, spec))
+                entitlements.policies.append((project, name, spec))
             elif isinstance(spec, ApplicationKeySpec):
                 keys.append(_key_record(project, name, spec))
             elif isinstance(spec, KeySetSpec):
-                catalog.key_set = spec
-        catalog.keys = [key for key in keys if catalog.bound(key)]
+                entitlements.key_set = spec
+        entitlements.keys = [key for key in keys if entitlements.bound(key)]
         grants: dict[tuple[str, str], list[Grant]] = defaultdict(list)
         for project, _, spec in subscriptions:
-            uid = catalog.applications.get((project, spec.application))
+            uid = entitlements.applications.get((project, spec.application))
             if spec.state is SubscriptionState.ACTIVE and uid is not None:
                 grants[(project, spec.api)].append(Grant(spec.application, spec.plan, uid))
-        catalog.subscriptions = dict(grants)
-        catalog.all_subscriptions = subscriptions
-        return catalog
+        entitlements.subscriptions = dict(grants)
+        entitlements.all_subscriptions = subscriptions
+        return entitlements
 
     def bound(self, key: KeyRecord) -> bool:
         """Whether a key record belongs to the application held under its name. A record from before keys
