@@ -21,11 +21,13 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from meshplane.bulk import apply_file, delete_file
-from meshplane.cli_options import DEFAULT_SERVER, CaCertOpt, ServerUrl, TokenOpt
+from meshplane.cli_options import DEFAULT_SERVER, CaCertOpt, ServerUrl, TokenOpt, defaulted
 from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachable, load_documents, object_label
-from meshplane.config import AgentSettings, LogFormat, ServerSettings
+from meshplane.config import AgentSettings, DataPlaneServiceSettings, LogFormat, ServerSettings
+from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.model.registry import UnknownKind
 from meshplane.observability.logging import configure_logging
+from meshplane.ratelimiter.settings import RateLimiterSettings
 from meshplane.security.commands import certs_app
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="meshplane: multi-cluster API and L7 control plane")
@@ -44,7 +46,7 @@ err = Console(stderr=True, soft_wrap=True)
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file", envvar="MESHPLANE_CONFIG")]
 LogFormatOpt = Annotated[LogFormat | None, typer.Option("--log-format", help="json (default) or text")]
 OtlpEndpointOpt = Annotated[
-    str | None, typer.Option("--otlp-endpoint", help="send traces to this OTLP gRPC collector [off]")
+    str | None, typer.Option("--otlp-endpoint", help="send traces to this OTLP gRPC collector (absent: off)")
 ]
 ProjectOpt = Annotated[str, typer.Option("-p", "--project", envvar="MESHPLANE_PROJECT", help="project")]
 T = TypeVar("T")
@@ -118,12 +120,16 @@ def _load_settings(cls: type, config: Path | None, **flags: Any) -> Any:
 @app.command()
 def server(
     config: ConfigOpt = None,
-    http_address: Annotated[str | None, typer.Option(help="REST listen address [127.0.0.1:8080]")] = None,
-    grpc_address: Annotated[str | None, typer.Option(help="agent sync gRPC address [127.0.0.1:18000]")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="data directory [./.meshplane]")] = None,
+    http_address: Annotated[
+        str | None, typer.Option(help=defaulted("REST listen address", ServerSettings, "http_address"))
+    ] = None,
+    grpc_address: Annotated[
+        str | None, typer.Option(help=defaulted("agent sync gRPC address", ServerSettings, "grpc_address"))
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help=defaulted("data directory", ServerSettings, "data_dir"))] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL, e.g. postgresql+asyncpg://…")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="plaintext agent sync, no identities")] = False,
-    tls_cert: Annotated[Path | None, typer.Option(help="server certificate [DATA_DIR/pki, created]")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(help="server certificate (absent: DATA_DIR/pki, created)")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="server key (with --tls-cert)")] = None,
     tls_ca: Annotated[Path | None, typer.Option(help="CA of agent certificates (with --tls-cert)")] = None,
     tls_server_name: Annotated[
@@ -182,16 +188,22 @@ def agent(
     ctx: typer.Context,
     config: ConfigOpt = None,
     cluster: Annotated[str | None, typer.Option(help="this cluster's name")] = None,
-    server: Annotated[str | None, typer.Option("--server", help="server sync address [127.0.0.1:18000]")] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", help=defaulted("server sync address", AgentSettings, "server"))
+    ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="local state directory")] = None,
-    xds_address: Annotated[str | None, typer.Option(help="xDS address for gateways [127.0.0.1:18001]")] = None,
-    gateway_address: Annotated[str | None, typer.Option(help="gateway listener [127.0.0.1:10000]")] = None,
+    xds_address: Annotated[
+        str | None, typer.Option(help=defaulted("xDS address for gateways", AgentSettings, "xds_address"))
+    ] = None,
+    gateway_address: Annotated[
+        str | None, typer.Option(help=defaulted("gateway listener", AgentSettings, "gateway_address"))
+    ] = None,
     admin_address: Annotated[
-        str | None, typer.Option(help="admin HTTP: config dump, metrics [127.0.0.1:18003]")
+        str | None, typer.Option(help=defaulted("admin HTTP: config dump, metrics", AgentSettings, "admin_address"))
     ] = None,
     admin_token_file: Annotated[
         Path | None,
-        typer.Option(help="token the config dump asks for [none on loopback, else STATE_DIR/admin-token]"),
+        typer.Option(help="token the config dump asks for (absent: none on loopback, else STATE_DIR/admin-token)"),
     ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="cluster label key=value (repeatable)")] = None,
     insecure: Annotated[bool, typer.Option("--insecure", help="plaintext sync to an --insecure server")] = False,
@@ -199,7 +211,7 @@ def agent(
     tls_key: Annotated[Path | None, typer.Option(help="its key")] = None,
     tls_ca: Annotated[Path | None, typer.Option(help="the server's CA certificate")] = None,
     tls_server_name: Annotated[
-        str | None, typer.Option(help="name to check the server certificate for [the --server host]")
+        str | None, typer.Option(help="name to check the server certificate for (absent: the --server host)")
     ] = None,
     kubeconfig: Annotated[
         Path | None, typer.Option(help="apply delivered objects to this cluster's Kubernetes")
@@ -208,32 +220,61 @@ def agent(
         bool | None,
         typer.Option(
             "--in-cluster/--no-in-cluster",
-            help="without --kubeconfig, use the pod's service account [when running in a pod]",
+            help="without --kubeconfig, use the pod's service account (absent: when running in a pod)",
         ),
     ] = None,
     enforcer_address: Annotated[
-        str | None, typer.Option(help="enforcer for opaque API keys, e.g. 127.0.0.1:18081 [none]")
+        str | None,
+        typer.Option(
+            help=defaulted("enforcer for opaque API keys, e.g. 127.0.0.1:18081", AgentSettings, "enforcer_address")
+        ),
     ] = None,
     ratelimiter_address: Annotated[
-        str | None, typer.Option(help="rate limiter for global limits, e.g. 127.0.0.1:18082 [none]")
+        str | None,
+        typer.Option(
+            help=defaulted("rate limiter for global limits, e.g. 127.0.0.1:18082", AgentSettings, "ratelimiter_address")
+        ),
     ] = None,
     enforcer_failure_mode: Annotated[
-        str | None, typer.Option(help="enforcer unreachable: closed (503) or open [closed]")
+        str | None,
+        typer.Option(
+            help=defaulted("enforcer unreachable: closed (503) or open", AgentSettings, "enforcer_failure_mode")
+        ),
     ] = None,
     ratelimiter_failure_mode: Annotated[
-        str | None, typer.Option(help="rate limiter unreachable: open or closed [open]")
+        str | None,
+        typer.Option(
+            help=defaulted("rate limiter unreachable: open or closed", AgentSettings, "ratelimiter_failure_mode")
+        ),
     ] = None,
     east_west_gateway: Annotated[
-        str | None, typer.Option(help="host:port where other clusters reach this cluster's services [none]")
+        str | None,
+        typer.Option(
+            help=defaulted(
+                "host:port where other clusters reach this cluster's services", AgentSettings, "east_west_gateway"
+            )
+        ),
     ] = None,
     allow_loopback_backends: Annotated[
         bool, typer.Option("--allow-loopback-backends", help="let API backends target this host's loopback")
     ] = False,
     envoy_admin_address: Annotated[
-        str | None, typer.Option(help="the gateways' Envoy admin, which no backend may target [127.0.0.1:19000]")
+        str | None,
+        typer.Option(
+            help=defaulted(
+                "the gateways' Envoy admin, which no backend may target", AgentSettings, "envoy_admin_address"
+            )
+        ),
     ] = None,
     xff_num_trusted_hops: Annotated[
-        int | None, typer.Option(help="proxies in front of the gateways whose x-forwarded-for is trusted [0]")
+        int | None,
+        typer.Option(
+            help=defaulted(
+                "proxies in front of the gateways whose x-forwarded-for is trusted",
+                AgentSettings,
+                "xff_num_trusted_hops",
+            )
+        ),
     ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
@@ -294,7 +335,9 @@ def agent(
 @agent_app.command("bootstrap")
 def agent_bootstrap(
     node_id: Annotated[str, typer.Option(help="the Envoy node id")],
-    xds_address: Annotated[str, typer.Option(help="the agent's xDS address")] = "127.0.0.1:18001",
+    xds_address: Annotated[str, typer.Option(help="the agent's xDS address")] = AgentSettings.model_fields[
+        "xds_address"
+    ].default,
     admin_port: Annotated[int, typer.Option(help="Envoy admin port on 127.0.0.1")] = 19000,
 ) -> None:
     """Print an Envoy bootstrap that takes its whole configuration from the agent."""
@@ -309,7 +352,7 @@ def agent_bootstrap(
 def agent_config_dump(
     admin_address: Annotated[
         str, typer.Option(envvar="MESHPLANE_ADMIN_ADDRESS", help="the agent's admin address")
-    ] = "127.0.0.1:18003",
+    ] = AgentSettings.model_fields["admin_address"].default,
     output: Annotated[str, typer.Option("-o", "--output", help="json or yaml")] = "json",
     token_file: Annotated[
         Path | None,
@@ -325,7 +368,9 @@ def agent_config_dump(
         sys.stdout.write(render_dump(fetch_config_dump(admin_address, token=token), output))
 
 
-LocalXdsOpt = Annotated[str | None, typer.Option(help="the local agent's xDS address [127.0.0.1:18001]")]
+LocalXdsOpt = Annotated[
+    str | None, typer.Option(help=defaulted("the local agent's xDS address", DataPlaneServiceSettings, "xds_address"))
+]
 MetricsAddressOpt = Annotated[str | None, typer.Option(help="serve Prometheus /metrics here; off when absent")]
 
 
@@ -342,7 +387,9 @@ def _run_fed_service(ctx: typer.Context, cls: type, run: Callable[[Any, asyncio.
 def enforcer(
     ctx: typer.Context,
     config: ConfigOpt = None,
-    grpc_address: Annotated[str | None, typer.Option(help="ext_authz gRPC listen address [127.0.0.1:18081]")] = None,
+    grpc_address: Annotated[
+        str | None, typer.Option(help=defaulted("ext_authz gRPC listen address", EnforcerSettings, "grpc_address"))
+    ] = None,
     xds_address: LocalXdsOpt = None,
     node_id: Annotated[str | None, typer.Option(help="xDS node id; enforcer-HOSTNAME-PID when absent")] = None,
     metrics_address: MetricsAddressOpt = None,
@@ -350,7 +397,6 @@ def enforcer(
 ) -> None:
     """Run the ext_authz service that checks opaque API keys for the gateways, fed by the agent."""
     from meshplane.enforcer.process import run_enforcer
-    from meshplane.enforcer.settings import EnforcerSettings
 
     _run_fed_service(ctx, EnforcerSettings, run_enforcer)
 
@@ -359,7 +405,9 @@ def enforcer(
 def ratelimiter(
     ctx: typer.Context,
     config: ConfigOpt = None,
-    grpc_address: Annotated[str | None, typer.Option(help="RateLimitService gRPC address [127.0.0.1:18082]")] = None,
+    grpc_address: Annotated[
+        str | None, typer.Option(help=defaulted("RateLimitService gRPC address", RateLimiterSettings, "grpc_address"))
+    ] = None,
     xds_address: LocalXdsOpt = None,
     redis_url: Annotated[
         str | None, typer.Option(help="count in Redis, shared by replicas: redis://host:port/db; in memory when absent")
@@ -370,7 +418,6 @@ def ratelimiter(
 ) -> None:
     """Run the global rate-limit service the gateways call, its limits fed by the agent."""
     from meshplane.ratelimiter.main import run_ratelimiter
-    from meshplane.ratelimiter.settings import RateLimiterSettings
 
     _run_fed_service(ctx, RateLimiterSettings, run_ratelimiter)
 
