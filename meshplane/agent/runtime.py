@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +14,7 @@ from envoy.config.core.v3 import base_pb2
 from google.protobuf import any_pb2
 
 from meshplane import __version__
-from meshplane.agent.admin import AdminServer, admin_app, admin_token
+from meshplane.agent.admin import admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
 from meshplane.agent.gateway import (
     ENFORCERS,
@@ -41,6 +40,7 @@ from meshplane.agent.translate.services import Resources, enforcer_resources, ra
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
+from meshplane.lifecycle import Backoff, HttpServer, Supervisor, retry_forever
 from meshplane.model.kinds import APISpec, EastWestGateway
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY
@@ -392,22 +392,23 @@ class Agent:
 
     async def register(self) -> None:
         """Announce this cluster until the server answers; the gateways keep serving meanwhile."""
-        delay = 0.2
-        while True:
-            try:
-                stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
-                response = await stub.RegisterCluster(
-                    control_plane_pb2.RegisterClusterRequest(
-                        cluster=self.settings.cluster, agent_version=__version__, labels=self.settings.labels
-                    ),
-                    timeout=5,
-                )
-                log.info("registered with the control plane", revision=response.revision)
-                return
-            except grpc.aio.AioRpcError as exc:
-                log.warning("control plane unreachable; retrying", code=exc.code().name, retry_in=round(delay, 2))
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 10.0)
+        response = await retry_forever(
+            self._register_once,
+            what="registering with the control plane",
+            backoff=Backoff.of(self.settings.retry),
+            retry_on=(grpc.aio.AioRpcError,),
+            logger=log,
+        )
+        log.info("registered with the control plane", revision=response.revision)
+
+    async def _register_once(self) -> control_plane_pb2.RegisterClusterResponse:
+        stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
+        return await stub.RegisterCluster(
+            control_plane_pb2.RegisterClusterRequest(
+                cluster=self.settings.cluster, agent_version=__version__, labels=self.settings.labels
+            ),
+            timeout=5,
+        )
 
     async def sync(self) -> None:
         assert self.state is not None
@@ -419,16 +420,18 @@ class Agent:
             DELIVERED_TYPE_URLS,
             initial_versions=state.versions,
             on_update=self.apply_update,
+            backoff=Backoff.of(self.settings.retry),
         )
         await client.run()
 
     async def run(self, stop: asyncio.Event) -> None:
+        backoff = Backoff.of(self.settings.retry)
         self.state = await self._load_state()
         self.local = LocalAPIs.load(self.state)
-        self.reporter = Reporter(self.state, self.channel, self.settings.cluster)
+        self.reporter = Reporter(self.state, self.channel, self.settings.cluster, backoff=backoff)
         kube_client = _kube_client(self.settings)
         if kube_client is not None:
-            self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status)
+            self.kube = KubeApplier(kube_client, self._kube_desired, self.reporter.report_status, backoff=backoff)
             self.operator = KubeOperator(
                 kube_client,
                 self.reporter.report_objects,
@@ -436,15 +439,21 @@ class Agent:
                 self.keep_local,
                 known_local=self._own_apis,
                 is_delivered=lambda key: key in self._kube_desired(),
+                backoff=backoff,
             )
             self.reporter.objects_refused = self.operator.refused
             self.services = ServiceWatch(
-                kube_client, self.settings.cluster, _east_west_gateway(self.settings), self._services_changed
+                kube_client,
+                self.settings.cluster,
+                _east_west_gateway(self.settings),
+                self._services_changed,
+                backoff=backoff,
             )
             self.service_sync = ServiceCatalogSync(
                 self.channel,
                 self.settings.cluster,
                 self.services.reportable,
+                backoff=backoff,
             )
         await self.rebuild()
         xds = grpc.aio.server()
@@ -459,8 +468,8 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = AdminServer(admin_app(self, self.admin_token), self.settings.admin_address)
-        await admin.start()
+        admin = HttpServer(admin_app(self, self.admin_token), self.settings.admin_address, what="agent's admin")
+        admin.bind()  # a port in use stops the agent before it serves anything
         await xds.start()
         log.info(
             "agent serving gateways",
@@ -470,44 +479,27 @@ class Agent:
             held=sum(len(v) for v in self.objects.values()),
         )
         self._channel = self._open_channel()
-        sync_task = asyncio.create_task(self.sync(), name="cp-sync")
-        report_task = asyncio.create_task(self.reporter.run(), name="reports")
-        kube_task = asyncio.create_task(self.kube.run(), name="kube-apply") if self.kube else None
-        operator_task = asyncio.create_task(self.operator.run(), name="kube-operator") if self.operator else None
-        services_task = asyncio.create_task(self.services.run(), name="kube-services") if self.services else None
-        catalog_task = (
-            asyncio.create_task(self.service_sync.run(), name="service-catalog") if self.service_sync else None
-        )
         try:
-            done, _ = await asyncio.wait(
-                [
-                    asyncio.create_task(stop.wait()),
-                    sync_task,
-                    report_task,
-                    *(task for task in (kube_task, operator_task, services_task, catalog_task) if task is not None),
-                ],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            for task in done:
-                if task is not None and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            async with Supervisor("agent", backoff) as tasks:
+                tasks.start("agent-admin", admin.serve, on_failure="exit")
+                tasks.start("cp-sync", self.sync, on_failure="exit")
+                tasks.start("reports", self.reporter.run, on_failure="restart")
+                for name, task in (
+                    ("kube-apply", self.kube),
+                    ("kube-operator", self.operator),
+                    ("kube-services", self.services),
+                    ("service-catalog", self.service_sync),
+                ):
+                    if task is not None:
+                        tasks.start(name, task.run, on_failure="restart")
+                await stop.wait()
         finally:
-            for task in (
-                sync_task,
-                report_task,
-                kube_task,
-                operator_task,
-                services_task,
-                catalog_task,
-                self._local_task,
-            ):
-                if task is None:
-                    continue
-                task.cancel()
+            admin.close()
+            if self._local_task is not None:
+                self._local_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                    await self._local_task
             await xds.stop(grace=0.5)
-            await admin.stop()
             for channel in (*self._superseded, self._channel):
                 await channel.close()
             if kube_client is not None:
