@@ -456,6 +456,8 @@ class Agent:
                 backoff=backoff,
             )
         await self.rebuild()
+        admin = HttpServer(admin_app(self, self.admin_token), self.settings.admin_address, what="agent's admin")
+        admin.bind()  # a port in use stops the agent before it serves anything
         xds = grpc.aio.server()
         add_to_server(
             XdsServer(
@@ -468,8 +470,6 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = HttpServer(admin_app(self, self.admin_token), self.settings.admin_address, what="agent's admin")
-        admin.bind()  # a port in use stops the agent before it serves anything
         await xds.start()
         log.info(
             "agent serving gateways",
