@@ -22,6 +22,9 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server, Stream
 
 from meshplane.config import split_address
+from meshplane.lifecycle import HttpServer, Supervisor
+from meshplane.observability.metrics import metrics_app
+from meshplane.xds.client import DeltaClient
 
 Answer = Callable[[Any], Awaitable[Message]]
 """Turns one request message into its response; raising grpclib's GRPCError fails the call with its status."""
@@ -91,3 +94,35 @@ class CalloutServer:
                 await self._idle.wait()
         self._server.close()
         await self._server.wait_closed()
+
+
+async def serve_fed_callouts(
+    process: str,
+    server: CalloutServer,
+    address: str,
+    feed: DeltaClient,
+    metrics_address: str | None,
+    stop: asyncio.Event,
+    grace: float,
+) -> None:
+    """What the enforcer and the rate limiter do: answer callouts on `address` with what `feed` keeps, and
+    /metrics on `metrics_address` (when given), until `stop` is set. The feed and the metrics are tasks the
+    process cannot do without: either dying stops it (TaskFailed), never silently."""
+    metrics = (
+        HttpServer(metrics_app(), metrics_address, what=f"{process} metrics", grace=grace) if metrics_address else None
+    )
+    if metrics is not None:
+        metrics.bind()  # a port in use stops the process before it answers anything
+    try:
+        await server.start(address)
+        try:
+            async with Supervisor(process) as tasks:
+                tasks.start(f"{process}-xds", feed.run, on_failure="exit")
+                if metrics is not None:
+                    tasks.start(f"{process}-metrics", metrics.serve, on_failure="exit")
+                await stop.wait()
+        finally:
+            await server.stop(grace)
+    finally:
+        if metrics is not None:
+            metrics.close()

@@ -53,7 +53,19 @@ T = TypeVar("T")
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]], fast_loop: bool = False) -> None:
-    """Run a process body until SIGINT or SIGTERM asks it to stop; `fast_loop` runs it on uvloop."""
+    """Run a process body until SIGINT or SIGTERM asks it to stop; `fast_loop` runs it on uvloop. A task the
+    process cannot do without that dies (TaskFailed), or an address it cannot listen on, ends it with one
+    line saying so, and exit 1."""
+    from meshplane.lifecycle import ListenError, TaskFailed
+
+    try:
+        _run_signalled(main, fast_loop)
+    except (TaskFailed, ListenError) as exc:
+        err.print("[red]error[/red]", escape(str(exc)), markup=True, highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _run_signalled(main: Callable[[asyncio.Event], Awaitable[None]], fast_loop: bool) -> None:
 
     async def runner() -> None:
         stop = asyncio.Event()

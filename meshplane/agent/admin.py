@@ -7,20 +7,16 @@ the operator gives a token file) it asks for a bearer token; the probes and metr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import ipaddress
 import os
 import secrets
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from google.protobuf import json_format
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -33,6 +29,7 @@ from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_TYPES, RATEL
 from meshplane.model.access import readable
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
+from meshplane.observability.metrics import metrics_endpoint
 from meshplane.xds.cache import ResourceCache
 
 
@@ -185,48 +182,13 @@ def admin_app(holdings: Callable[[], Holdings], cache: ResourceCache, token: str
     async def dump(request: Request) -> Response:
         return JSONResponse(config_dump(holdings(), cache))
 
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
     return Starlette(
         routes=[
             Route("/config_dump", _bearer_only(token, dump)),
-            Route("/metrics", metrics),
+            Route("/metrics", metrics_endpoint),
             Route("/healthz", healthz),
         ]
     )
-
-
-class AdminServer:
-    """uvicorn on an address the agent binds itself, so a port in use fails the start with a clear
-    OSError (uvicorn alone would exit the process)."""
-
-    def __init__(self, app: Starlette, address: str):
-        self.address = address
-        host, port = split_address(address)
-        self._socket = _listen(host, port, address)
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._socket]), name="agent-admin")
-
-    async def stop(self) -> None:
-        self._server.should_exit = True
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, timeout=5)
-        self._socket.close()
-
-
-def _listen(host: str, port: int, address: str) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        return socket.create_server((host, port), family=family)
-    except OSError as exc:
-        raise OSError(f"cannot listen on the admin address {address}: {exc.strerror or exc}") from None

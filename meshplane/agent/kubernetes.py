@@ -21,6 +21,7 @@ from meshplane.agent.reporter import Reporter
 from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.agent.translate.service_backends import LocalServices
 from meshplane.config import AgentSettings, split_address
+from meshplane.lifecycle import Backoff
 from meshplane.model.kinds import EastWestGateway
 from meshplane.model.resource import Resource
 
@@ -80,9 +81,10 @@ class ClusterKubernetes:
         reporter: Reporter,
         channel: Callable[[], grpc.aio.Channel],
         settings: AgentSettings,
+        backoff: Backoff,
     ):
         self.client = client
-        self.applier = KubeApplier(client, agent.kube_desired, reporter.report_status)
+        self.applier = KubeApplier(client, agent.kube_desired, reporter.report_status, backoff=backoff)
         self.operator = KubeOperator(
             client,
             reporter.report_objects,
@@ -90,10 +92,13 @@ class ClusterKubernetes:
             agent.keep_local,
             known_local=agent.own_apis,
             is_delivered=lambda key: key in agent.kube_desired(),
+            backoff=backoff,
         )
         reporter.objects_refused = self.operator.refused
-        self.watch = ServiceWatch(client, settings.cluster, _east_west_gateway(settings), self._services_changed)
-        self.endpoint_sync = ServiceEndpointSync(channel, settings.cluster, self.watch.reportable)
+        self.watch = ServiceWatch(
+            client, settings.cluster, _east_west_gateway(settings), self._services_changed, backoff=backoff
+        )
+        self.endpoint_sync = ServiceEndpointSync(channel, settings.cluster, self.watch.reportable, backoff=backoff)
         self._agent = agent
 
     async def _services_changed(self, keys: set[ServiceKey] | None) -> None:

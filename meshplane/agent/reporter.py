@@ -1,20 +1,19 @@
 """Sends the agent's queued reports up, oldest first, until the server has taken each one.
 
 Reports wait in the local state while the server is away; gRPC's retry policy (from the config)
-handles short blips inside one call, and this loop handles longer outages with its own backoff.
+handles short blips inside one call, and the sender retries longer outages with the same policy's backoff.
 Each report's idempotency key is fixed when it is queued, so a retry is applied once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 from collections.abc import Awaitable, Callable
 
 import grpc
 
 from meshplane.agent.state import LocalState
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, retry_forever
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
@@ -44,11 +43,13 @@ class Reporter:
         channel: Callable[[], grpc.aio.Channel],
         cluster: str,
         objects_refused: ObjectsRefused | None = None,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ):
         self.state = state
         self.channel = channel
         self.cluster = cluster
         self.objects_refused = objects_refused
+        self.backoff = backoff
         self.wake = asyncio.Event()
 
     async def report_status(self, deliveries: list[control_plane_pb2.ObjectDelivery]) -> None:
@@ -68,37 +69,43 @@ class Reporter:
         self.wake.set()
 
     async def run(self) -> None:
-        delay = 0.2
         while True:
             self.wake.clear()
-            pending = await self.state.pending_reports()
-            if not pending:
+            sent = await retry_forever(
+                self._send_pending,
+                what="sending reports",
+                backoff=self.backoff,
+                retry_on=(grpc.aio.AioRpcError,),
+                logger=log,
+            )
+            if not sent:
                 await self.wake.wait()
-                continue
-            stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
+
+    async def _send_pending(self) -> int:
+        """Send every queued report, oldest first, dropping each once the server has taken or refused it;
+        returns how many there were. AioRpcError when the server could not take one: it stays queued."""
+        pending = await self.state.pending_reports()
+        stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel()) if pending else None
+        for seq, body in pending:
+            assert stub is not None
+            key = f"{self.cluster}/{self.state.instance}/{seq}"
             objects = None
             try:
-                for seq, body in pending:
-                    key = f"{self.cluster}/{self.state.instance}/{seq}"
-                    objects = None
-                    if body.startswith(_OBJECTS_TAG):
-                        objects = control_plane_pb2.ReportObjectsRequest.FromString(body[len(_OBJECTS_TAG) :])
-                        objects.idempotency_key = key
-                        await stub.ReportObjects(objects, timeout=10)
-                    else:
-                        request = control_plane_pb2.ReportStatusRequest.FromString(body)
-                        request.idempotency_key = key
-                        await stub.ReportStatus(request, timeout=10)
-                    await self.state.drop_report(seq)
-                delay = 0.2
+                if body.startswith(_OBJECTS_TAG):
+                    objects = control_plane_pb2.ReportObjectsRequest.FromString(body[len(_OBJECTS_TAG) :])
+                    objects.idempotency_key = key
+                    await stub.ReportObjects(objects, timeout=10)
+                else:
+                    request = control_plane_pb2.ReportStatusRequest.FromString(body)
+                    request.idempotency_key = key
+                    await stub.ReportStatus(request, timeout=10)
             except grpc.aio.AioRpcError as exc:
-                if exc.code() in REFUSED:
-                    log.error("server refused a report; dropped", code=exc.code().name, detail=exc.details())
-                    await self.state.drop_report(seq)
-                    if objects is not None and self.objects_refused is not None:
-                        await self.objects_refused(list(objects.objects), exc.details() or exc.code().name)
-                    continue
-                log.warning("report not accepted yet; kept", code=exc.code().name, retry_in=round(delay, 2))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 10.0)
+                if exc.code() not in REFUSED:
+                    raise
+                log.error("server refused a report; dropped", code=exc.code().name, detail=exc.details())
+                await self.state.drop_report(seq)
+                if objects is not None and self.objects_refused is not None:
+                    await self.objects_refused(list(objects.objects), exc.details() or exc.code().name)
+                continue
+            await self.state.drop_report(seq)
+        return len(pending)

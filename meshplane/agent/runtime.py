@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Mapping, Sequence
 
@@ -14,7 +13,7 @@ from google.protobuf import any_pb2
 from starlette.applications import Starlette
 
 from meshplane import __version__
-from meshplane.agent.admin import AdminServer, admin_app, admin_token
+from meshplane.agent.admin import admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
 from meshplane.agent.channel import ControlPlaneChannel
 from meshplane.agent.deliveries import delivery_reports
@@ -41,6 +40,7 @@ from meshplane.agent.translate.service_backends import service_key
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
+from meshplane.lifecycle import Backoff, HttpServer, Supervisor, retry_forever
 from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY, Feed
@@ -94,9 +94,12 @@ class Agent:
         self.objects = held_objects(state)
         self.local = LocalAPIs.load(state)
         self.serving: dict[str, dict[str, Held]] = {}
-        self.reporter = Reporter(state, channel, settings.cluster)
+        self.backoff = Backoff.of(settings.retry)
+        self.reporter = Reporter(state, channel, settings.cluster, backoff=self.backoff)
         self.kube: Kubernetes = (
-            ClusterKubernetes(kube, self, self.reporter, channel, settings) if kube is not None else NoKubernetes()
+            ClusterKubernetes(kube, self, self.reporter, channel, settings, self.backoff)
+            if kube is not None
+            else NoKubernetes()
         )
         self._local_changes: dict[tuple[str, str], str | None] = {}
         self._local_task: asyncio.Task[None] | None = None
@@ -257,22 +260,23 @@ class Agent:
 
     async def register(self) -> None:
         """Announce this cluster until the server answers; the gateways keep serving meanwhile."""
-        delay = 0.2
-        while True:
-            try:
-                stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
-                response = await stub.RegisterCluster(
-                    control_plane_pb2.RegisterClusterRequest(
-                        cluster=self.settings.cluster, agent_version=__version__, labels=self.settings.labels
-                    ),
-                    timeout=5,
-                )
-                log.info("registered with the control plane", revision=response.revision)
-                return
-            except grpc.aio.AioRpcError as exc:
-                log.warning("control plane unreachable; retrying", code=exc.code().name, retry_in=round(delay, 2))
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 10.0)
+        response = await retry_forever(
+            self._register_once,
+            what="registering with the control plane",
+            backoff=self.backoff,
+            retry_on=(grpc.aio.AioRpcError,),
+            logger=log,
+        )
+        log.info("registered with the control plane", revision=response.revision)
+
+    async def _register_once(self) -> control_plane_pb2.RegisterClusterResponse:
+        stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())
+        return await stub.RegisterCluster(
+            control_plane_pb2.RegisterClusterRequest(
+                cluster=self.settings.cluster, agent_version=__version__, labels=self.settings.labels
+            ),
+            timeout=5,
+        )
 
     async def sync(self) -> None:
         await self.register()
@@ -282,11 +286,14 @@ class Agent:
             DELIVERED_TYPE_URLS,
             initial_versions=self.state.versions,
             on_update=self.apply_update,
+            backoff=self.backoff,
         )
         await client.run()
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.rebuild()
+        admin = HttpServer(self.admin_endpoints(), self.settings.admin_address, what="agent's admin")
+        admin.bind()  # a port in use stops the agent before it serves anything
         xds = grpc.aio.server()
         add_to_server(
             XdsServer(
@@ -299,8 +306,6 @@ class Agent:
             xds,
         )
         xds.add_insecure_port(self.settings.xds_address)
-        admin = AdminServer(self.admin_endpoints(), self.settings.admin_address)
-        await admin.start()
         await xds.start()
         log.info(
             "agent serving gateways",
@@ -309,36 +314,21 @@ class Agent:
             admin=self.settings.admin_address,
             held=sum(len(v) for v in self.objects.values()),
         )
-        sync_task = asyncio.create_task(self.sync(), name="cp-sync")
-        report_task = asyncio.create_task(self.reporter.run(), name="reports")
-        kube_tasks = [asyncio.create_task(work(), name=name) for name, work in self.kube.tasks().items()]
         try:
-            done, _ = await asyncio.wait(
-                [
-                    asyncio.create_task(stop.wait()),
-                    sync_task,
-                    report_task,
-                    *kube_tasks,
-                ],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            for task in done:
-                if task is not None and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            async with Supervisor("agent", self.backoff) as tasks:
+                tasks.start("agent-admin", admin.serve, on_failure="exit")
+                tasks.start("cp-sync", self.sync, on_failure="exit")
+                tasks.start("reports", self.reporter.run, on_failure="restart")
+                for name, work in self.kube.tasks().items():
+                    tasks.start(name, work, on_failure="restart")
+                await stop.wait()
         finally:
-            for task in (
-                sync_task,
-                report_task,
-                *kube_tasks,
-                self._local_task,
-            ):
-                if task is None:
-                    continue
-                task.cancel()
+            admin.close()
+            if self._local_task is not None:
+                self._local_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                    await self._local_task
             await xds.stop(grace=0.5)
-            await admin.stop()
             await self.close()
 
     async def close(self) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from google.protobuf import struct_pb2
 
 from meshplane.agent.kube.services import LocalService, ServiceKey
 from meshplane.agent.reporter import REFUSED
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, retry_forever
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 
@@ -53,11 +53,13 @@ class ServiceEndpointSync:
         channel: Callable[[], grpc.aio.Channel],
         cluster: str,
         services: Callable[[], Mapping[ServiceKey, LocalService] | None],
+        backoff: Backoff = DEFAULT_BACKOFF,
     ):
         """`services()` is what the cluster has now, or None while it is not known yet."""
         self.channel = channel
         self.cluster = cluster
         self.services = services
+        self.backoff = backoff
         self.wake = asyncio.Event()
         self._acked: dict[ServiceKey, LocalService] = {}
         self._complete = False
@@ -67,22 +69,23 @@ class ServiceEndpointSync:
         self.wake.set()
 
     async def run(self) -> None:
-        delay = 0.2
         while True:
             await self.wake.wait()
             await asyncio.sleep(SETTLE)
-            self.wake.clear()
-            current = self.services()
-            if current is None:
-                continue
-            try:
-                await self._send(dict(current))
-                delay = 0.2
-            except grpc.aio.AioRpcError as exc:
-                log.warning("service endpoints not taken yet; retrying", code=exc.code().name, retry_in=round(delay, 2))
-                self.wake.set()
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, 10.0)
+            await retry_forever(
+                self._send_current,
+                what="reporting the service endpoints",
+                backoff=self.backoff,
+                retry_on=(grpc.aio.AioRpcError,),
+                logger=log,
+            )
+
+    async def _send_current(self) -> None:
+        """Report the services as they are now (changes made meanwhile included), if it is known yet."""
+        self.wake.clear()
+        current = self.services()
+        if current is not None:
+            await self._send(dict(current))
 
     async def _send(self, current: dict[ServiceKey, LocalService]) -> None:
         """Report what the server has not acknowledged, remembering each batch as soon as it is taken."""

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
 
-from meshplane.callout_server import CalloutServer
+from meshplane.callout_server import CalloutServer, serve_fed_callouts
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, ENFORCER_TYPES
 from meshplane.enforcer.service import AuthorizationService
 from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.enforcer.state import EnforcerState
 from meshplane.observability.logging import get_logger
-from meshplane.observability.metrics import serving_metrics
 from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS, DeltaClient
 
 log = get_logger("meshplane.enforcer")
@@ -43,25 +41,16 @@ async def run_enforcer(settings: EnforcerSettings, stop: asyncio.Event) -> None:
         on_update=state.apply,
         on_connected=connected,
     )
-    with serving_metrics(settings.metrics_address, STOP_GRACE):
-        await server.start(settings.grpc_address)
-        log.info(
-            "enforcer serving",
-            grpc=settings.grpc_address,
-            xds=settings.xds_address,
-            node=node.id,
-            metrics=settings.metrics_address,
+    log.info(
+        "enforcer serving",
+        grpc=settings.grpc_address,
+        xds=settings.xds_address,
+        node=node.id,
+        metrics=settings.metrics_address,
+    )
+    try:
+        await serve_fed_callouts(
+            "enforcer", server, settings.grpc_address, client, settings.metrics_address, stop, STOP_GRACE
         )
-        feed = asyncio.create_task(client.run(), name="enforcer-xds")
-        stopped = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait((feed, stopped), return_when=asyncio.FIRST_COMPLETED)
-            if feed.done():
-                feed.result()  # the feed never ends by itself; if it did, say why
-        finally:
-            for task in (feed, stopped):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            await server.stop(STOP_GRACE)
-            log.info("enforcer stopped")
+    finally:
+        log.info("enforcer stopped")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, Info, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from meshplane import __version__
 
@@ -51,6 +52,11 @@ REPORTS_REFUSED = Counter(
     "(kind, project, invalid, clash, owned)",
     ["cluster", "reason"],
 )
+TASK_FAILURES = Counter(
+    "meshplane_task_failures_total",
+    "Deaths of a process's supervised tasks, restarted or taking the process down, by task",
+    ["task"],
+)
 AGENT_UPDATES = Counter("meshplane_agent_updates_total", "Delta updates the agent received from the server", ["result"])
 GATEWAY_PUBLISHES = Counter(
     "meshplane_agent_gateway_publishes_total",
@@ -86,17 +92,11 @@ def short_type(type_url: str) -> str:
     return type_url.rsplit(".", 1)[-1]
 
 
-@contextlib.contextmanager
-def serving_metrics(address: str | None, grace: float = 1.0) -> Iterator[None]:
-    """Prometheus /metrics on `address` (host:port) while the block runs; nothing when None."""
-    if address is None:
-        yield
-        return
-    host, _, port = address.rpartition(":")
-    server, thread = start_http_server(int(port), addr=host.strip("[]"))
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=grace)
+async def metrics_endpoint(request: Request) -> Response:
+    """Prometheus' text exposition of every metric of this process."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def metrics_app() -> Starlette:
+    """`/metrics` alone: what the enforcer and the rate limiter serve on their metrics address."""
+    return Starlette(routes=[Route("/metrics", metrics_endpoint)])

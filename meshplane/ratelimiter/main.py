@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import grpc
 from envoy.config.core.v3.base_pb2 import Node
 
-from meshplane.callout_server import CalloutServer
+from meshplane.callout_server import CalloutServer, serve_fed_callouts
 from meshplane.dataplane import RATELIMIT_CONFIG_TYPE, RATELIMITER_NODE_CLUSTER
 from meshplane.observability.logging import get_logger
-from meshplane.observability.metrics import serving_metrics
 from meshplane.ratelimiter.counters import Counters
 from meshplane.ratelimiter.memory import MemoryCounters
 from meshplane.ratelimiter.redis_counters import RedisCounters
@@ -45,23 +43,18 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
         initial_versions=table.versions,
         on_update=table.apply,
     )
-    with serving_metrics(settings.metrics_address, STOP_GRACE):
-        await server.start(settings.grpc_address)
-        xds = asyncio.create_task(client.run(), name="xds")
-        log.info(
-            "rate limiter serving",
-            grpc=settings.grpc_address,
-            xds=settings.xds_address,
-            node=settings.node_id,
-            counters=redacted(settings.redis_url) if settings.redis_url else "memory",
-            metrics=settings.metrics_address,
+    log.info(
+        "rate limiter serving",
+        grpc=settings.grpc_address,
+        xds=settings.xds_address,
+        node=settings.node_id,
+        counters=redacted(settings.redis_url) if settings.redis_url else "memory",
+        metrics=settings.metrics_address,
+    )
+    try:
+        await serve_fed_callouts(
+            "ratelimiter", server, settings.grpc_address, client, settings.metrics_address, stop, STOP_GRACE
         )
-        try:
-            await stop.wait()
-        finally:
-            log.info("rate limiter stopping")
-            await server.stop(STOP_GRACE)
-            xds.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await xds
-            await counters.close()
+    finally:
+        log.info("rate limiter stopping")
+        await counters.close()

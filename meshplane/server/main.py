@@ -9,12 +9,14 @@ import gc
 import ssl
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 
 import grpc
 import uvicorn
 from envoy.config.core.v3 import base_pb2
 
-from meshplane.config import ServerSettings, split_address
+from meshplane.config import ServerSettings
+from meshplane.lifecycle import HttpServer, Supervisor
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import check_name
 from meshplane.observability.grpc_metrics import MeasureCalls
@@ -245,10 +247,6 @@ async def run_server(
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
         ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup)), grpc_server
     )
-    if grpc_credentials is None:
-        grpc_server.add_insecure_port(settings.grpc_address)
-    else:
-        grpc_server.add_secure_port(settings.grpc_address, grpc_credentials)
 
     app = create_app(
         store,
@@ -262,56 +260,43 @@ async def run_server(
         projection=projection,
         revocations=True,
     )
-    host, port = split_address(settings.http_address)
-    http_config = uvicorn.Config(
+    http = HttpServer(
         app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        lifespan="off",
+        settings.http_address,
+        what="north API",
         ssl_certfile=settings.http_tls_cert,
         ssl_keyfile=settings.http_tls_key,
     )
-    north_tls = north_tls_context(http_config) if settings.http_tls_cert is not None else None
-    http = uvicorn.Server(http_config)
-    http.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-
-    feeder_task = asyncio.create_task(feeder.run(), name="projection-feeder")
-    await asyncio.wait([asyncio.create_task(feeder.ready.wait()), feeder_task], return_when=asyncio.FIRST_COMPLETED)
-    if feeder_task.done():
-        await store.close()
-        feeder_task.result()
-    if own_process:
-        quiet_garbage_collector()
-    await grpc_server.start()
-    background = [
-        asyncio.create_task(leadership.run(), name="leadership"),
-        asyncio.create_task(rollup.run(), name="status-rollup"),
-        asyncio.create_task(compactor.run(), name="compaction"),
-    ]
-    if north_tls is not None and settings.http_tls_cert is not None and settings.http_tls_key is not None:
-        renewals = keep_north_certificate_fresh(north_tls, settings.http_tls_cert, settings.http_tls_key)
-        background.append(asyncio.create_task(renewals, name="north-certificate"))
-    http_task = asyncio.create_task(http.serve(), name="north-api")
-    log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
+    north_tls = north_tls_context(http.config) if settings.http_tls_cert is not None else None
     try:
-        done, _ = await asyncio.wait(
-            [asyncio.create_task(stop.wait()), feeder_task, http_task], return_when=asyncio.FIRST_COMPLETED
-        )
-        for task in done:
-            if task is not None and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
-    finally:
-        log.info("server stopping")
-        http.should_exit = True
-        await grpc_server.stop(grace=1.0)
-        for task in (feeder_task, *background):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(http_task, timeout=5)
+        http.bind()  # a port in use stops the server before anything else starts
+        if grpc_credentials is None:
+            grpc_server.add_insecure_port(settings.grpc_address)
+        else:
+            grpc_server.add_secure_port(settings.grpc_address, grpc_credentials)
+        async with Supervisor("server") as tasks:
+            tasks.start("projection-feeder", feeder.run, on_failure="exit")
+            await feeder.ready.wait()
+            if own_process:
+                quiet_garbage_collector()
+            await grpc_server.start()
+            try:
+                tasks.start("leadership", leadership.run, on_failure="restart")
+                tasks.start("status-rollup", rollup.run, on_failure="restart")
+                tasks.start("compaction", compactor.run, on_failure="restart")
+                if north_tls is not None and settings.http_tls_cert is not None and settings.http_tls_key is not None:
+                    renewals = partial(
+                        keep_north_certificate_fresh, north_tls, settings.http_tls_cert, settings.http_tls_key
+                    )
+                    tasks.start("north-certificate", renewals, on_failure="restart")
+                tasks.start("north-api", http.serve, on_failure="exit")
+                log.info("server started", http=settings.http_address, grpc=settings.grpc_address, store=store.dialect)
+                await stop.wait()
+            finally:
+                log.info("server stopping")
+                await grpc_server.stop(grace=1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(clusters.flush(), timeout=5)  # agents' disconnects, as the streams closed
+    finally:
+        http.close()
         await store.close()

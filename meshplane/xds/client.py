@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -12,6 +11,8 @@ import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from google.rpc import code_pb2, status_pb2
+
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, describe
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class DeltaClient:
         initial_versions: Callable[[str], Mapping[str, str]],
         on_update: Callable[[DeltaUpdate], Awaitable[None]],
         on_connected: Callable[[], Awaitable[None]] | None = None,
-        backoff: tuple[float, float] = (0.1, 5.0),
+        backoff: Backoff = DEFAULT_BACKOFF,
         metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
         self._channel_factory = channel_factory
@@ -76,13 +77,13 @@ class DeltaClient:
         return self._connected
 
     async def run(self) -> None:
-        """Keep a stream up until cancelled, backing off (jittered, exponential) between attempts.
+        """Keep a stream up until cancelled, backing off between attempts; a stream that delivered a
+        response was progress, so the next attempt comes after the shortest delay again.
 
         The factory is asked for a channel at every attempt. A channel it hands out again is
         reused (it may be shared with its owner); one it replaces, and the last one, are closed.
         """
-        first, ceiling = self._backoff
-        delay = first
+        retries = self._backoff.retries()
         channel: grpc.aio.Channel | None = None
         try:
             while True:
@@ -92,17 +93,19 @@ class DeltaClient:
                 channel = fresh
                 try:
                     await self._stream(channel)
-                    log.warning("xDS stream closed by server; reconnecting")
+                    ended = "closed by the server"
                 except grpc.aio.AioRpcError as exc:
-                    log.warning("xDS stream failed: %s %s", exc.code().name, exc.details())
-                except Exception:
+                    ended = f"failed: {describe(exc)}"
+                except Exception as exc:
                     log.exception("xDS stream failed")
+                    ended = f"failed: {describe(exc)}"
                 finally:
                     if self._connected:
-                        delay = first
+                        retries.reset()
                     self._connected = False
-                await asyncio.sleep(random.uniform(delay / 2, delay))
-                delay = min(delay * 2, ceiling)
+                delay = retries.next_delay()
+                log.warning("xDS stream %s; reconnecting in %.2f s", ended, delay)
+                await asyncio.sleep(delay)
         finally:
             if channel is not None:
                 await channel.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from meshplane.agent.kube.desired import (
     ObjectKey,
     delivered_version,
 )
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, retry_forever
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2
@@ -48,6 +48,10 @@ class PassResult:
     complete: bool  # False when a transient error left something undone
 
 
+class PassIncomplete(Exception):
+    """A transient error left part of a pass undone: the pass is repeated after a backoff."""
+
+
 def drifted(actual: Mapping[str, Any], item: DesiredObject) -> bool:
     """The object in Kubernetes is not the delivered one: another version, or edited since (spec, labels)."""
     if delivered_version(actual) != item.version or actual.get("spec") != item.body.get("spec"):
@@ -63,11 +67,13 @@ class KubeApplier:
         desired: Callable[[], Mapping[ObjectKey, DesiredObject]],
         report: Report,
         resync_interval: float = 30.0,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ):
         self.client = client
         self.desired = desired
         self.report = report
         self.resync_interval = resync_interval
+        self.backoff = backoff
         self._wake = asyncio.Event()
         self._reported: dict[tuple[str, str], tuple[str, bool]] = {}
 
@@ -82,23 +88,21 @@ class KubeApplier:
         self._wake.set()
 
     async def run(self) -> None:
-        delay = 0.5
-        wait = self.resync_interval
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
-            self._wake.clear()
-            try:
-                result = await self.reconcile()
-            except Exception:  # a bug here must not stop the agent serving its gateways
-                log.exception("reconcile pass failed")
-                result = PassResult([], complete=False)
-            await self._report(result.outcomes, prune=result.complete)
-            if result.complete:
-                delay, wait = 0.5, self.resync_interval
-            else:
-                wait = delay * random.uniform(0.8, 1.2)
-                delay = min(delay * 2, 30.0)
+                await asyncio.wait_for(self._wake.wait(), self.resync_interval)
+            await retry_forever(
+                self._pass, what="reconcile pass", backoff=self.backoff, expected=(PassIncomplete,), logger=log
+            )
+
+    async def _pass(self) -> None:
+        """One pass and its report; PassIncomplete when part of it is left to the next one (any other error:
+        a bug, which must not stop the agent serving its gateways, and is retried the same way)."""
+        self._wake.clear()
+        result = await self.reconcile()
+        await self._report(result.outcomes, prune=result.complete)
+        if not result.complete:
+            raise PassIncomplete("a transient error left part of the pass undone")
 
     async def reconcile(self) -> PassResult:
         """One pass: make the managed objects in Kubernetes equal to the desired set."""

@@ -24,6 +24,7 @@ from google.protobuf import struct_pb2
 from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable
 from meshplane.agent.kube.desired import MANAGED_BY, MANAGED_BY_VALUE, ObjectKey
 from meshplane.agent.kube.watch import follow
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION, InvalidObject, Resource
 from meshplane.observability.logging import get_logger
@@ -89,6 +90,7 @@ class KubeOperator:
         keep_local: KeepLocal,
         known_local: Callable[[], Iterable[tuple[str, str]]] = tuple,
         is_delivered: Callable[[ObjectKey], bool] = lambda key: False,
+        backoff: Backoff = DEFAULT_BACKOFF,
     ):
         """`on_managed(obj, deleted)` is told of every event on a managed CR; `keep_local(namespace, name,
         api)` of every local one as it should be served (None: not at all), and answers why the cluster
@@ -101,6 +103,7 @@ class KubeOperator:
         self.keep_local = keep_local
         self.known_local = known_local
         self.is_delivered = is_delivered
+        self.backoff = backoff
         self._reported: dict[tuple[str, str], str] = {}  # (namespace, name) -> fingerprint last handled
         self._sent: dict[tuple[str, str], tuple[control_plane_pb2.LocalObject, Mapping[str, Any]]] = {}
         """(namespace, name) -> the last version reported up, and its CR."""
@@ -108,7 +111,11 @@ class KubeOperator:
 
     async def run(self) -> None:
         await follow(
-            self.client, lambda: self.client.resource_type(API_VERSION, WATCHED_KIND), self._listed, self._event
+            self.client,
+            lambda: self.client.resource_type(API_VERSION, WATCHED_KIND),
+            self._listed,
+            self._event,
+            self.backoff,
         )
 
     async def _listed(self, items: list[dict[str, Any]]) -> None:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from meshplane.agent.kube.client import KubeClient, ResourceType
 from meshplane.agent.kube.watch import follow
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff
 from meshplane.model.kinds import EastWestGateway
 from meshplane.model.services import ServiceEndpointSpec
 from meshplane.observability.logging import get_logger
@@ -57,8 +58,16 @@ def local_service(cluster: str, obj: Mapping[str, Any], gateway: EastWestGateway
 class ServiceWatch:
     """The cluster's services by (namespace, name); None until the first list has completed."""
 
-    def __init__(self, client: KubeClient, cluster: str, gateway: EastWestGateway | None, on_change: OnChange):
+    def __init__(
+        self,
+        client: KubeClient,
+        cluster: str,
+        gateway: EastWestGateway | None,
+        on_change: OnChange,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ):
         self.client = client
+        self.backoff = backoff
         self.cluster = cluster
         self.gateway = gateway
         self.on_change = on_change
@@ -77,7 +86,7 @@ class ServiceWatch:
         return {key: service for key, service in self.services.items() if key[0] not in UNREPORTED_NAMESPACES}
 
     async def run(self) -> None:
-        await follow(self.client, SERVICES, self._listed, self._changed)
+        await follow(self.client, SERVICES, self._listed, self._changed, self.backoff)
 
     def _entry(self, obj: Mapping[str, Any]) -> tuple[ServiceKey, LocalService] | None:
         meta = obj["metadata"]

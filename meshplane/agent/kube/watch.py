@@ -8,11 +8,11 @@ backoff, since events may have been missed meanwhile.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable, ResourceType, WatchExpired
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, describe
 from meshplane.observability.logging import get_logger
 
 log = get_logger("meshplane.agent.kube.watch")
@@ -25,16 +25,23 @@ Discover = Callable[[], Awaitable[ResourceType]]
 """Finds a resource that may not be served yet (a custom resource before its definition is installed)."""
 
 
-async def follow(client: KubeClient, resource: ResourceType | Discover, listed: Listed, changed: Changed) -> None:
-    """Follow `resource`, or the one `resource()` discovers: discovery is retried like a failed list."""
-    delay = 0.5
+async def follow(
+    client: KubeClient,
+    resource: ResourceType | Discover,
+    listed: Listed,
+    changed: Changed,
+    backoff: Backoff = DEFAULT_BACKOFF,
+) -> None:
+    """Follow `resource`, or the one `resource()` discovers: discovery is retried like a failed list. A list
+    that succeeds is progress: the next failure waits the shortest delay again."""
+    retries = backoff.retries()
     while True:
         try:
             if not isinstance(resource, ResourceType):
                 resource = await resource()
             items, version = await client.list_at(resource)
             await listed(items)
-            delay = 0.5
+            retries.reset()
             while True:
                 async for kind, obj in client.watch(resource, version):
                     version = obj.get("metadata", {}).get("resourceVersion") or version
@@ -43,12 +50,17 @@ async def follow(client: KubeClient, resource: ResourceType | Discover, listed: 
         except WatchExpired:
             log.info("watch expired; listing again", resource=_plural(resource))
             continue
-        except (KubeUnavailable, KubeRefused, ValueError) as exc:
-            log.warning("watch failed; retrying", resource=_plural(resource), error=str(exc), retry_in=round(delay, 2))
-        except Exception:  # a bug here must not stop the agent serving its gateways
-            log.exception("watch failed; retrying", resource=_plural(resource))
-        await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-        delay = min(delay * 2, 30.0)
+        except Exception as exc:  # a bug here must not stop the agent serving its gateways
+            delay = retries.next_delay()
+            bug = not isinstance(exc, KubeUnavailable | KubeRefused | ValueError)
+            log.warning(
+                "watch failed; retrying",
+                resource=_plural(resource),
+                error=describe(exc),
+                retry_in=round(delay, 2),
+                exc_info=exc if bug else None,
+            )
+        await asyncio.sleep(delay)
 
 
 def _plural(resource: ResourceType | Discover) -> str:

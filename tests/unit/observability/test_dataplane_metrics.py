@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import urllib.request
 
-from meshplane.observability.metrics import serving_metrics
+from meshplane.lifecycle import HttpServer
+from meshplane.observability.metrics import metrics_app
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.service import UNCONFIGURED
 from tests.harness.process import free_port, port_open
@@ -43,8 +45,14 @@ async def test_metrics_are_served_on_the_address_given_and_only_while_running() 
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
 
-    with serving_metrics(f"127.0.0.1:{port}"):
+    serving = asyncio.create_task(HttpServer(metrics_app(), f"127.0.0.1:{port}", what="metrics").serve())
+    try:
+        await asyncio.sleep(0)  # bound and listening from its first step: the request waits for it to answer
         body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
 
     assert "meshplane_build_info" in body
     assert "process_cpu_seconds_total" in body

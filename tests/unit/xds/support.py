@@ -13,6 +13,7 @@ import grpc
 from envoy.config.core.v3.base_pb2 import Node
 from google.protobuf import wrappers_pb2
 
+from meshplane.lifecycle import Backoff
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
 from meshplane.xds.resource import VersionedResource, pack, type_url_of
 from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
@@ -135,7 +136,7 @@ class Agent:
             initial_versions=lambda type_url: dict(self.held[type_url]),
             on_update=self._on_update,
             on_connected=self._on_connected,
-            backoff=(0.01, 0.05),
+            backoff=Backoff(initial=0.01, cap=0.05),
         )
 
     @property

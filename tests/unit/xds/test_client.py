@@ -8,6 +8,7 @@ import pytest
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
+from meshplane.lifecycle import Backoff
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
 
 from .support import NUMBER, STRING, Signal, serve, text
@@ -77,7 +78,7 @@ async def run_client(owner: Owner, port: int) -> tuple[DeltaClient, asyncio.Task
         initial_versions=owner.initial_versions,
         on_update=owner.on_update,
         on_connected=owner.on_connected,
-        backoff=(0.01, 0.05),
+        backoff=Backoff(initial=0.01, cap=0.05),
         metadata=[("x-token", "secret")],
     )
     return client, asyncio.create_task(client.run())
@@ -173,7 +174,7 @@ async def test_keeps_retrying_while_the_server_is_down_and_cancels_cleanly():
         [STRING],
         initial_versions=owner.initial_versions,
         on_update=owner.on_update,
-        backoff=(0.01, 0.02),
+        backoff=Backoff(initial=0.01, cap=0.02),
     )
     task = asyncio.create_task(client.run())
     await asyncio.sleep(0.3)
@@ -191,7 +192,7 @@ async def test_a_channel_the_factory_hands_out_again_is_reused_and_closed_only_a
             [STRING],
             initial_versions=owner.initial_versions,
             on_update=owner.on_update,
-            backoff=(0.01, 0.02),
+            backoff=Backoff(initial=0.01, cap=0.02),
         )
         task = asyncio.create_task(client.run())
         ads.outbox.put_nowait(grpc.StatusCode.UNAVAILABLE)
