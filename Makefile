@@ -23,8 +23,8 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check meshplane tests bench
-	$(BIN)/ruff format --check meshplane tests bench
+	$(BIN)/ruff check meshplane meshplane_testing tests bench
+	$(BIN)/ruff format --check meshplane meshplane_testing tests bench
 
 # Every benchmark in full mode, each printing one JSON object (takes a while); bench-smoke runs each in its
 # `--quick` mode, only to prove it still runs (CI does, after the tests).

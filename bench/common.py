@@ -14,11 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.harness.postgres import PostgresServer, _packaged_servers, start_postgres
-from tests.harness.process import free_port, port_open, require_binary, running
+from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.postgres import PostgresServer, _packaged_servers, start_postgres
+from meshplane_testing.process import MissingRequirement, free_port, port_open, require_binary, running
 
 PROJECT = "default"
 SQLITE = "sqlite"
@@ -72,7 +70,7 @@ def have_postgres() -> bool:
     """Whether the test harness can start a PostgreSQL here (it looks for the binaries the same way)."""
     try:
         require_binary("postgres", *_packaged_servers())
-    except (pytest.skip.Exception, pytest.fail.Exception):
+    except MissingRequirement:
         return False
     return True
 

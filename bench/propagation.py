@@ -48,10 +48,10 @@ from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
-from tests.harness.envoy import run_envoy
-from tests.harness.meshplane import run_agent
-from tests.harness.postgres import PostgresServer
-from tests.harness.process import free_port
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.meshplane import run_agent
+from meshplane_testing.postgres import PostgresServer
+from meshplane_testing.process import free_port
 
 NAME = "propagation"
 BASE_PATH = "/bench"

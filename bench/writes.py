@@ -46,8 +46,8 @@ from bench.common import (
     server_on,
     wrk,
 )
-from tests.harness.postgres import PostgresServer
-from tests.harness.process import free_port, port_open, running
+from meshplane_testing.postgres import PostgresServer
+from meshplane_testing.process import free_port, port_open, running
 
 WARMUP = 20
 """asyncpg statements made before the floor's timing starts, so connections are warm."""

@@ -22,13 +22,20 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, status
-from tests.harness.identity import IdentityProvider
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_enforcer, run_ratelimiter, run_server
-from tests.harness.process import free_port
-from tests.harness.redis import RedisServer
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, run_envoy
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.identity import IdentityProvider
+from meshplane_testing.meshplane import (
+    AgentProcess,
+    ServerProcess,
+    run_agent,
+    run_enforcer,
+    run_ratelimiter,
+    run_server,
+)
+from meshplane_testing.process import free_port
+from meshplane_testing.redis import RedisServer
+from meshplane_testing.upstream import run_upstream
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 

@@ -17,15 +17,15 @@ import httpx
 import pytest
 
 from meshplane.dataplane import RATELIMIT_DOMAIN
+from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.identity import IdentityProvider
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
+from meshplane_testing.metrics import Scrape
+from meshplane_testing.process import Process, wait_until
+from meshplane_testing.redis import RedisServer
+from meshplane_testing.upstream import run_upstream
 from tests.e2e.test_access import ISSUER, data_plane, declare
-from tests.harness.envoy import EnvoyProcess
-from tests.harness.gateway import Gateway, status
-from tests.harness.identity import IdentityProvider
-from tests.harness.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
-from tests.harness.metrics import Scrape
-from tests.harness.process import Process, wait_until
-from tests.harness.redis import RedisServer
-from tests.harness.upstream import run_upstream
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(150)]
 

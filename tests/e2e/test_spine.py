@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.upstream import run_upstream
 
 
 def orders_api(port: int, *, base_path: str = "/", operations: list[dict] | None = None) -> dict:

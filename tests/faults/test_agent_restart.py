@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults import api_doc, api_path
-from tests.harness.convergence import assert_converged
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, from_upstream
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.process import free_port, wait_until
-from tests.harness.upstream import run_upstream
+from meshplane_testing.convergence import assert_converged
+from meshplane_testing.envoy import EnvoyProcess, run_envoy
+from meshplane_testing.faults import api_doc, api_path
+from meshplane_testing.gateway import Gateway, from_upstream
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port, wait_until
+from meshplane_testing.upstream import run_upstream
 
 CLUSTER = "edge-restart"
 

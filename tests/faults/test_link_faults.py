@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults import Write, Writers
-from tests.harness.convergence import agent_apis, assert_converged
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.tcp_proxy import TcpProxy, run_tcp_proxy
+from meshplane_testing.convergence import agent_apis, assert_converged
+from meshplane_testing.faults import Write, Writers
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.process import wait_until
+from meshplane_testing.tcp_proxy import TcpProxy, run_tcp_proxy
 
 CLUSTER = "edge-link"
 # A short keepalive window for the server (seconds of silence before a ping, seconds to wait for its answer),

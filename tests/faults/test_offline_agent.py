@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import Write, Writers, applied_updates, projection_matches_store
-from tests.harness.convergence import assert_converged, held_bytes, store_apis
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.tcp_proxy import run_tcp_proxy
+from meshplane_testing.convergence import assert_converged, held_bytes, store_apis
+from meshplane_testing.faults import Write, Writers, applied_updates, projection_matches_store
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.process import wait_until
+from meshplane_testing.tcp_proxy import run_tcp_proxy
 
 CLUSTER = "edge-offline"
 NAMES = 300

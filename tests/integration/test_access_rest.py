@@ -25,7 +25,7 @@ from meshplane.server.problems import Problem
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.errors import NotFound, Overtaken
 from meshplane.store.store import Store
-from tests.harness.north import north_client
+from meshplane_testing.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 

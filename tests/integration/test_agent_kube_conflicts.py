@@ -15,8 +15,8 @@ from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.desired import kubernetes_object
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import run_agent, run_server
 from tests.integration.test_agent_kube import api, cr_with_base_path, custom_resource, unique, wait_until
 
 

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 
 from meshplane.model.resource import API_VERSION
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.kube import KubeAPIServer, KubeError
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.kube import KubeAPIServer, KubeError
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.integration.test_agent_kube import unique, wait_until
 
 

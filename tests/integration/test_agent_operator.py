@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import run_agent, run_server
 from tests.integration.test_agent_kube import api, cr_with_base_path, unique, wait_until
 
 

@@ -14,8 +14,8 @@ import pytest
 from meshplane.agent.kube import KubeClient, KubeRefused
 from meshplane.agent.kube.client import ResourceType
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import run_agent, run_server
 from tests.integration.test_agent_kube import unique, wait_until
 from tests.integration.test_agent_local_apis import accepted, api_cr, apis_path, create, delete
 from tests.integration.test_deploy_manifests import RESOURCES, documents

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.harness.process import free_port
+from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.process import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from meshplane.config import AgentSettings, ServerSettings
-from tests.harness.kube import FIELD_MANAGER, KubeAPIServer
+from meshplane_testing.kube import FIELD_MANAGER, KubeAPIServer
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DIRECTORIES = ("crds", "server", "agent")

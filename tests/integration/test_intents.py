@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from meshplane.client import load_documents
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.races import object_path, race_puts, rival_apis
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.races import object_path, race_puts, rival_apis
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
 MANIFEST = "type.googleapis.com/meshplane.v1.Manifest"

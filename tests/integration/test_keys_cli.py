@@ -9,7 +9,7 @@ from pathlib import Path
 import jwt
 import pytest
 
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.meshplane import ServerProcess
 from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(60)

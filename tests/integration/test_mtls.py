@@ -19,9 +19,9 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import Pki
-from tests.harness.meshplane import MESHPLANE, ServerProcess, run_agent, run_server
-from tests.harness.process import free_port, running, wait_until
-from tests.harness.sync_probe import API_TYPE, SyncProbe
+from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port, running, wait_until
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(90)
 

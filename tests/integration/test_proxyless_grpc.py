@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.envoy import EnvoyProcess, envoy_binary, run_envoy
-from tests.harness.grpc_echo import ECHO_METHOD, run_echo
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.proxyless import REQUEST, CallResult, call_proxyless, call_until
+from meshplane_testing.envoy import EnvoyProcess, envoy_binary, run_envoy
+from meshplane_testing.grpc_echo import ECHO_METHOD, run_echo
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.process import wait_until
+from meshplane_testing.proxyless import REQUEST, CallResult, call_proxyless, call_until
 
 TARGET = "xds:///echo.default"
 

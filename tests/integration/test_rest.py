@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from meshplane.model.registry import REGISTRY
 from meshplane.server.app import create_app
 from meshplane.store.store import Store
-from tests.harness.north import north_client
+from meshplane_testing.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 

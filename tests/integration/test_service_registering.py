@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import AgentProcess, run_agent, run_server
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
 from tests.integration.test_agent_kube import unique, wait_until
 from tests.integration.test_cli import meshplane
 

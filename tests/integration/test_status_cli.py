@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.harness.meshplane import run_agent, run_server
+from meshplane_testing.meshplane import run_agent, run_server
 from tests.integration.test_cli import meshplane
 
 

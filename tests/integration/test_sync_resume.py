@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.harness.meshplane import run_server
-from tests.harness.sync_probe import API_TYPE, SyncProbe
+from meshplane_testing.meshplane import run_server
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 
 def api(name: str, port: int = 9001, cluster: str | None = None) -> dict:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.meshplane import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

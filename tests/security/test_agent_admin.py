@@ -18,7 +18,7 @@ from meshplane.agent.admin import admin_app
 from meshplane.agent.bootstrap import envoy_bootstrap
 from meshplane.agent.runtime import Agent
 from meshplane.config import AgentSettings
-from tests.harness.meshplane import MESHPLANE, run_agent, run_server
+from meshplane_testing.meshplane import MESHPLANE, run_agent, run_server
 
 
 def app_of_agent(tmp_path: Path, admin_address: str, **settings: object) -> Starlette:

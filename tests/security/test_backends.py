@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.integration.test_agent_kube import unique, wait_until
 from tests.integration.test_agent_local_apis import accepted, api_cr, create
 from tests.unit.translate.factories import api, backend

@@ -13,8 +13,8 @@ import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import load_certificate
-from tests.harness.meshplane import MESHPLANE, AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import wait_until
+from meshplane_testing.meshplane import MESHPLANE, AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.process import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 

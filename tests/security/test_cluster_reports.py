@@ -20,7 +20,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.meshplane import ServerProcess, run_server
+from meshplane_testing.meshplane import ServerProcess, run_server
 from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(90)

@@ -19,10 +19,10 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.model.resource import InvalidObject
 from meshplane.security.ca import create_ca
-from tests.harness.envoy import EnvoyProcess, run_envoy_config
-from tests.harness.identity import IdentityProvider, serve_key_set, server_certificate
-from tests.harness.process import free_port, wait_until
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
+from meshplane_testing.identity import IdentityProvider, serve_key_set, server_certificate
+from meshplane_testing.process import free_port, wait_until
+from meshplane_testing.upstream import run_upstream
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 

@@ -36,11 +36,11 @@ from meshplane.store.errors import NotFound
 from meshplane.store.store import Store
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import pack
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, status
-from tests.harness.meshplane import ServerProcess, run_agent, run_enforcer, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_enforcer, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.enforcer.factories import NOW, check_request, loaded, update
 from tests.unit.enforcer.factories import api as enforcer_api
 from tests.unit.enforcer.factories import application as enforcer_application

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.harness.process import wait_until
-from tests.harness.sync_probe import API_TYPE, SyncProbe
+from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.process import wait_until
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(120)
 

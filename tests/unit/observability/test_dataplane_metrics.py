@@ -8,7 +8,7 @@ import urllib.request
 from meshplane.observability.metrics import serving_metrics
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.service import UNCONFIGURED
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 from tests.unit.ratelimiter.support import Limiter, config, node, policy, request
 
 from .support import sample

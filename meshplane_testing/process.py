@@ -1,4 +1,4 @@
-"""The one way tests start and stop a process: bounded start-up, a log file, and a kill at the end."""
+"""The one way tests and benchmarks start and stop a process: bounded start-up, a log file, and a kill at the end."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
-
-import pytest
 
 
 def free_port() -> int:
@@ -29,20 +26,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+class MissingRequirement(Exception):
+    """An outside program or file is not here; tests/conftest.py decides whether that skips or fails a test."""
+
+
 def require_binary(name: str, *candidates: str) -> str:
-    """The path of a binary, or a skip (a failure in CI) saying which one is missing."""
+    """The path of a binary, or MissingRequirement saying which one is not installed."""
     for candidate in (*candidates, name):
         found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
         if found:
             return found
-    unavailable(f"{name} is not installed (CI installs it; see .ci/run)")
-
-
-def unavailable(message: str) -> NoReturn:
-    """A test's outside requirement is missing: skip saying which one, or fail in CI, where it must be there."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    raise MissingRequirement(f"{name} is not installed (CI installs it; see .ci/run)")
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:

@@ -30,9 +30,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from meshplane.security.ca import create_ca, issue_server_certificate
-from tests.harness.process import free_port, require_binary, running, wait_until
+from meshplane_testing.process import free_port, require_binary, running, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 KUBE_VERSION = (REPO / "scripts" / "kube-version").read_text().strip()
 ADMIN_USER = "meshplane-test-admin"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

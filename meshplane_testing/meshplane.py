@@ -19,8 +19,8 @@ import grpc
 import httpx
 
 from meshplane.security.ca import CertificateFiles, Pki
-from tests.harness.metrics import Scrape
-from tests.harness.process import Process, free_port, port_open, running
+from meshplane_testing.metrics import Scrape
+from meshplane_testing.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
 
