@@ -24,9 +24,9 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 from bench.common import emit, parser, ratio
 from meshplane_testing.convergence import assert_converged, held_bytes
+from meshplane_testing.eventually import eventually
 from meshplane_testing.faults import Write, Writers, applied_updates, projection_matches_store
 from meshplane_testing.meshplane import run_agent, run_server
-from meshplane_testing.process import wait_until
 from meshplane_testing.tcp_proxy import run_tcp_proxy
 
 CLUSTER = "edge-catchup"
@@ -64,8 +64,10 @@ def run(work: Path, objects: int, changes: int, seed: int) -> dict[str, Any]:
             assert_converged(server, state_dir, CLUSTER, converge_timeout)
 
         offline_rate = send(writers, offline_writes(objects, changes, seed))
-        wait_until(
-            lambda: projection_matches_store(server, CLUSTER), converge_timeout, "the projection to take every change"
+        eventually(
+            lambda: projection_matches_store(server, CLUSTER),
+            timeout=converge_timeout,
+            what="the projection to take every change",
         )
 
         log = work / f"agent-{CLUSTER}.log"

@@ -30,7 +30,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from meshplane.security.ca import create_ca, issue_server_certificate
-from meshplane_testing.process import free_port, require_binary, running, wait_until
+from meshplane_testing.eventually import eventually
+from meshplane_testing.process import free_port, require_binary, running
 
 REPO = Path(__file__).resolve().parents[1]
 KUBE_VERSION = (REPO / "scripts" / "kube-version").read_text().strip()
@@ -151,13 +152,17 @@ class KubeAPIServer:
         for crd in crds:
             name, spec = crd["metadata"]["name"], crd["spec"]
             plural = spec["names"]["plural"]
-            wait_until(lambda name=name: self.crd_condition(name, "Established"), timeout, f"CRD {name} Established")
+            eventually(
+                lambda name=name: self.crd_condition(name, "Established"),
+                timeout=timeout,
+                what=f"CRD {name} Established",
+            )
             for version in spec["versions"]:
                 group_version = f"/apis/{spec['group']}/{version['name']}"
-                wait_until(
+                eventually(
                     lambda gv=group_version, plural=plural: self._serves(gv, plural),
-                    timeout,
-                    f"{plural} served at {group_version}",
+                    timeout=timeout,
+                    what=f"{plural} served at {group_version}",
                 )
 
     def crd_condition(self, name: str, condition: str) -> bool:

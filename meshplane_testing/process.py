@@ -8,9 +8,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+from meshplane_testing.eventually import eventually
 
 
 def free_port() -> int:
@@ -37,15 +38,6 @@ def require_binary(name: str, *candidates: str) -> str:
         if found:
             return found
     raise MissingRequirement(f"{name} is not installed (CI installs it; see .ci/run)")
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Process:
@@ -82,7 +74,7 @@ class Process:
             return check()
 
         try:
-            wait_until(ready, timeout, what or self.argv[0])
+            eventually(ready, timeout=timeout, what=what or self.argv[0])
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.log()[-4000:]}") from None
 

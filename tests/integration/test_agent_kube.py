@@ -4,13 +4,13 @@ API server refuses ends Failed with the API server's message in its per-cluster 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from meshplane.model.resource import API_VERSION
+from meshplane_testing.eventually import eventually
 from meshplane_testing.kube import KubeAPIServer
 from meshplane_testing.meshplane import run_agent, run_server
 
@@ -28,15 +28,6 @@ def api(name: str, base_path: str) -> dict[str, Any]:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def custom_resource(kube: KubeAPIServer, name: str) -> dict[str, Any] | None:
@@ -66,19 +57,21 @@ def test_a_delivered_api_becomes_a_cr_that_follows_changes_and_removal(
         server.http() as rest,
     ):
         rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
-        created = wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+        created = eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
         assert created["metadata"]["labels"][MANAGED_BY] == "control-plane"
         assert created["spec"]["backends"][0]["host"] == "orders.shop.svc"
         first_version = created["metadata"]["annotations"][DELIVERED_VERSION]
         assert first_version
 
         rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders-v2")).raise_for_status()
-        updated = wait_until(cr_with_base_path(kube_apiserver, name, "/orders-v2"), "the CR to be updated")
+        updated = eventually(
+            cr_with_base_path(kube_apiserver, name, "/orders-v2"), timeout=20.0, what="the CR to be updated"
+        )
         assert updated["metadata"]["annotations"][DELIVERED_VERSION] != first_version
         assert updated["metadata"]["uid"] == created["metadata"]["uid"]
 
         rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()
-        wait_until(lambda: custom_resource(kube_apiserver, name) is None, "the CR to be deleted")
+        eventually(lambda: custom_resource(kube_apiserver, name) is None, timeout=20.0, what="the CR to be deleted")
 
 
 def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
@@ -90,13 +83,17 @@ def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
             rest.put(f"/v1/projects/default/apis/{name}", json=api(name, f"/{name}")).raise_for_status()
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
             for name in (kept, removed):
-                wait_until(cr_with_base_path(kube_apiserver, name, f"/{name}"), f"CR {name}")
+                eventually(cr_with_base_path(kube_apiserver, name, f"/{name}"), timeout=20.0, what=f"CR {name}")
 
         rest.delete(f"/v1/projects/default/apis/{removed}").raise_for_status()
         assert custom_resource(kube_apiserver, removed) is not None
 
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
-            wait_until(lambda: custom_resource(kube_apiserver, removed) is None, "the removed API's CR to go")
+            eventually(
+                lambda: custom_resource(kube_apiserver, removed) is None,
+                timeout=20.0,
+                what="the removed API's CR to go",
+            )
             assert custom_resource(kube_apiserver, kept) is not None
         rest.delete(f"/v1/projects/default/apis/{kept}").raise_for_status()
 
@@ -119,7 +116,7 @@ def test_an_api_the_api_server_forbids_ends_failed_with_its_message(
             clusters = rest.get(f"/v1/projects/default/apis/{name}").json().get("status", {}).get("clusters", [])
             return next((c for c in clusters if c["cluster"] == "edge-1" and c["state"] == "Failed"), None)
 
-        entry = wait_until(failed, "the API's status to show Failed")
+        entry = eventually(failed, timeout=20.0, what="the API's status to show Failed")
         assert "forbidden" in entry["message"]
         assert "apis.meshplane.io" in entry["message"]
         assert custom_resource(kube_apiserver, name) is None

@@ -19,6 +19,7 @@ import yaml
 
 from meshplane.agent.bootstrap import envoy_bootstrap
 from meshplane_testing.envoy import run_envoy_config
+from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
 from tests.integration.test_cli import cli, meshplane
@@ -51,21 +52,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc
     """A server and one agent (cluster edge-1) with no gateway: the agent applies at once."""
     tmp = tmp_path_factory.mktemp("ops")
     with run_server(tmp) as server, run_agent(tmp, "edge-1", server) as agent:
-        wait_for(lambda: _cluster_connected(server, "edge-1"), "cluster edge-1 to connect")
+        eventually(lambda: _cluster_connected(server, "edge-1"), timeout=15.0, what="cluster edge-1 to connect")
         yield server, agent
 
 
 def _cluster_connected(server: ServerProcess, cluster: str) -> bool:
     response = httpx.get(f"{server.url}/v1/clusters/{cluster}", headers=server.headers, timeout=5)
     return response.status_code == 200 and bool(response.json().get("status", {}).get("connected"))
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def delivery(server: ServerProcess, name: str) -> list[dict]:
@@ -125,7 +118,7 @@ def test_apply_wait_completes_at_once_for_objects_placed_on_no_cluster(
 def test_apply_wait_times_out_with_exit_2_while_a_placed_cluster_is_offline(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
         with run_agent(tmp_path, "edge-off", server):
-            wait_for(lambda: _cluster_connected(server, "edge-off"), "cluster edge-off to connect")
+            eventually(lambda: _cluster_connected(server, "edge-off"), timeout=15.0, what="cluster edge-off to connect")
         # The agent is gone; the cluster stays registered and the object is placed on it.
 
         result = apply(tmp_path, server, api("stuck"), args=("--wait", "--timeout", "2"))

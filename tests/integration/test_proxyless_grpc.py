@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from meshplane_testing.envoy import EnvoyProcess, envoy_binary, run_envoy
+from meshplane_testing.eventually import eventually
 from meshplane_testing.grpc_echo import ECHO_METHOD, run_echo
 from meshplane_testing.meshplane import run_agent, run_server
-from meshplane_testing.process import wait_until
 from meshplane_testing.proxyless import REQUEST, CallResult, call_proxyless, call_until
 
 TARGET = "xds:///echo.default"
@@ -82,8 +82,10 @@ def test_envoy_gateway_skips_the_proxyless_resources_and_still_serves(tmp_path: 
         reached, last = call_until(f"127.0.0.1:{agent.gateway_port}", ECHO_METHOD, "one:", 15.0)
         assert reached, f"through the gateway: {last}\n{envoy.log()[-3000:]}"
         # The listener set with the API listener in it arrived (a second LDS update) and was taken, not refused.
-        wait_until(
-            lambda: envoy_counters(envoy, "lds.update_success")["listener_manager.lds.update_success"] >= 2, 10, "LDS"
+        eventually(
+            lambda: envoy_counters(envoy, "lds.update_success")["listener_manager.lds.update_success"] >= 2,
+            timeout=10,
+            what="LDS",
         )
         assert set(envoy_counters(envoy, "update_rejected").values()) == {0}
         listeners = envoy.config_dump()["configs"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -15,6 +15,7 @@ from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
+from meshplane_testing.eventually import eventually_async
 
 API_TYPE = REGISTRY.get("API").type_url
 
@@ -41,14 +42,6 @@ async def running(feeder: ProjectionFeeder) -> AsyncIterator[None]:
             await task
 
 
-async def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
-
-
 async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(store: Store) -> None:
     await store.create("Cluster", "", "edge-1", spec={})
     await store.create("API", "shop", "orders", spec=api_spec(9001))
@@ -66,4 +59,4 @@ async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(s
             await feeder._tail()
 
     async with running(feeder):
-        await wait_for(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"})
+        await eventually_async(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"}, timeout=5.0)
