@@ -15,10 +15,10 @@ from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.desired import kubernetes_object
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION
+from meshplane_testing.documents import api, unique
 from meshplane_testing.eventually import eventually
-from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.kube import ORDERS_SERVICE, KubeAPIServer, cr_with_base_path, custom_resource
 from meshplane_testing.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import api, cr_with_base_path, custom_resource, unique
 
 
 @contextlib.contextmanager
@@ -53,7 +53,7 @@ def racing(kube: KubeAPIServer, namespace: str, name: str, writers: int = 3) -> 
 
 async def test_the_agent_s_apply_wins_over_racing_updates_without_a_conflict(kube_apiserver: KubeAPIServer) -> None:
     name = unique("raced")
-    resource = REGISTRY.parse(api(name, "/agent"))
+    resource = REGISTRY.parse(api(name, basePath="/agent", backends=[ORDERS_SERVICE]))
     body = kubernetes_object(resource, "7")
     client = KubeClient.from_kubeconfig(kube_apiserver.kubeconfig)
     try:
@@ -81,11 +81,15 @@ def test_a_delivered_change_ends_up_in_a_cr_others_are_updating(tmp_path: Path, 
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig) as agent,
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
         first = eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
         with racing(kube_apiserver, "default", name) as codes:
             eventually(lambda: codes[200] >= 3, timeout=20.0, what="racing updates to land")
-            rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders-v2")).raise_for_status()
+            rest.put(
+                f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders-v2", backends=[ORDERS_SERVICE])
+            ).raise_for_status()
             eventually(lambda: codes[200] >= 20, timeout=20.0, what="more racing updates")
         assert codes[409] > 0, codes
         final = eventually(

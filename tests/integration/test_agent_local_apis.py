@@ -8,56 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from meshplane.model.resource import API_VERSION
+from meshplane_testing.documents import unique
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, from_upstream, status
-from meshplane_testing.kube import KubeAPIServer, KubeError
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create, delete
 from meshplane_testing.meshplane import run_agent, run_server
 from meshplane_testing.process import free_port
 from meshplane_testing.upstream import run_upstream
-from tests.integration.test_agent_kube import unique
-
-
-def api_cr(project: str, name: str, port: int, weight: int = 100) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "API",
-        "metadata": {"name": name, "namespace": project},
-        "spec": {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": port, "weight": weight}]},
-    }
-
-
-def apis_path(project: str, name: str = "") -> str:
-    path = f"/apis/{API_VERSION}/namespaces/{project}/apis"
-    return f"{path}/{name}" if name else path
-
-
-def create(kube: KubeAPIServer, body: dict[str, Any]) -> None:
-    """As `kubectl create` does it: a POST to the collection."""
-    with kube.client() as client:
-        response = client.post(apis_path(body["metadata"]["namespace"]), json=body)
-    if response.status_code != 201:
-        raise KubeError(response)
-
-
-def delete(kube: KubeAPIServer, project: str, name: str) -> None:
-    with kube.client() as client:
-        response = client.delete(apis_path(project, name))
-    if response.status_code not in (200, 202):
-        raise KubeError(response)
-
-
-def accepted(kube: KubeAPIServer, project: str, name: str) -> dict[str, Any] | None:
-    """The CR's Accepted condition, once the agent has set it."""
-    with kube.client() as client:
-        cr = client.get(apis_path(project, name)).json()
-    conditions = (cr.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == "Accepted"), None)
 
 
 def served_count(envoy: EnvoyProcess, project: str, name: str) -> tuple[int, int]:

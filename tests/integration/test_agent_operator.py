@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from meshplane.model.resource import API_VERSION
+from meshplane_testing.documents import api, unique
 from meshplane_testing.eventually import eventually
-from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.kube import ORDERS_SERVICE, KubeAPIServer, cr_with_base_path
 from meshplane_testing.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import api, cr_with_base_path, unique
 
 
 def local_api(name: str, base_path: str) -> dict[str, Any]:
@@ -71,7 +71,9 @@ def test_drift_on_a_managed_cr_is_reverted(tmp_path: Path, kube_apiserver: KubeA
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
         eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
 
         with kube_apiserver.client() as client:

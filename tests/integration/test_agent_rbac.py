@@ -14,12 +14,11 @@ import pytest
 from meshplane.agent.kube import KubeClient, KubeRefused
 from meshplane.agent.kube.client import ResourceType
 from meshplane.model.resource import API_VERSION
+from meshplane_testing.documents import unique
 from meshplane_testing.eventually import eventually
-from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create, delete
+from meshplane_testing.manifests import RESOURCES, documents
 from meshplane_testing.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import unique
-from tests.integration.test_agent_local_apis import accepted, api_cr, apis_path, create, delete
-from tests.integration.test_deploy_manifests import RESOURCES, documents
 
 ACCOUNT_NAMESPACE, ACCOUNT = "meshplane-system", "meshplane-agent"
 

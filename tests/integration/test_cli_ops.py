@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from meshplane.agent.bootstrap import envoy_bootstrap
+from meshplane_testing.cli import cli, meshplane
 from meshplane_testing.envoy import run_envoy_config
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
-from tests.integration.test_cli import cli, meshplane
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import jwt
 import pytest
 
+from meshplane_testing.cli import meshplane
 from meshplane_testing.meshplane import ServerProcess
-from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from meshplane_testing.cli import meshplane
+from meshplane_testing.documents import unique
 from meshplane_testing.eventually import eventually
 from meshplane_testing.kube import KubeAPIServer
 from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
-from tests.integration.test_agent_kube import unique
-from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,15 +16,14 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
+from meshplane_testing.documents import unique
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, from_upstream, status
-from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, create
 from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
 from meshplane_testing.upstream import run_upstream
-from tests.integration.test_agent_kube import unique
-from tests.integration.test_agent_local_apis import accepted, api_cr, create
 from tests.unit.translate.factories import api, backend
 
 PROTECTED = (ProtectedPort("the agent's xDS", "127.0.0.1", 18001), ProtectedPort("Envoy's admin", "127.0.0.1", 19000))

@@ -19,9 +19,9 @@ import pytest
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane_testing.cli import meshplane
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import ServerProcess, run_server
-from tests.integration.test_cli import meshplane
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -10,11 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from meshplane_testing.documents import unique
 from meshplane_testing.eventually import eventually
-from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create
 from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
-from tests.integration.test_agent_kube import unique
-from tests.integration.test_agent_local_apis import accepted, api_cr, apis_path, create
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -3,43 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
-from meshplane.model.registry import REGISTRY
-from meshplane.server.manifests import ManifestProjection
-from meshplane.server.projection import FleetProjection
-from meshplane.server.sync import ProjectionFeeder
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
-from meshplane.xds.cache import ResourceCache
 from meshplane_testing.eventually import eventually_async
-
-API_TYPE = REGISTRY.get("API").type_url
-
-
-def api_spec(port: int) -> dict:
-    return {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": port}]}
-
-
-def feeder_of(store: Store) -> tuple[ResourceCache, ProjectionFeeder]:
-    """A feeder of `store` that polls fast, and the cache it fills."""
-    cache = ResourceCache()
-    return cache, ProjectionFeeder(store, FleetProjection(cache), ManifestProjection(cache), poll_interval=0.05)
-
-
-@contextlib.asynccontextmanager
-async def running(feeder: ProjectionFeeder) -> AsyncIterator[None]:
-    """The feeder's loop, for as long as the block lasts."""
-    task = asyncio.create_task(feeder.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+from tests.unit.server.feeders import API_TYPE, api_spec, feeder_of, running
 
 
 async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(store: Store) -> None:
