@@ -120,18 +120,6 @@ def nginx(work: Path, body: str = "ok") -> Iterator[int]:
         yield port
 
 
-def api_document(name: str, base_path: str, port: int, backend_base_path: str = "/") -> dict[str, Any]:
-    """An API on every cluster (no placement) with one plain HTTP backend on loopback."""
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": PROJECT},
-        "spec": {
-            "basePath": base_path,
-            "backends": [{"host": "127.0.0.1", "port": port, "basePath": backend_base_path}],
-        },
-    }
-
-
 def api_path(name: str) -> str:
     return f"/v1/projects/{PROJECT}/apis/{name}"
 

@@ -20,26 +20,16 @@ import httpx
 
 from meshplane.model.wire import integral
 from meshplane_testing.convergence import assert_converged, store_apis
+from meshplane_testing.documents import api, backend
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
 
 PROJECT = "default"
 
 
-def api_doc(name: str, port: int, *, project: str = PROJECT, placement: dict[str, Any] | None = None) -> dict:
+def marked_api(name: str, port: int) -> dict[str, Any]:
     """An API served under /<name>; the backend port doubles as a marker of which write this is."""
-    spec: dict[str, Any] = {
-        "basePath": f"/{name}",
-        "backends": [{"host": "127.0.0.1", "port": port, "timeout": "5s"}],
-    }
-    if placement is not None:
-        spec["placement"] = placement
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": "API",
-        "metadata": {"name": name, "project": project},
-        "spec": spec,
-    }
+    return api(name, backends=[backend(port, timeout="5s")])
 
 
 def api_path(name: str, project: str = PROJECT) -> str:
@@ -90,7 +80,7 @@ class Writers:
     def _send(self, write: Write) -> Write:
         try:
             if write.op == "PUT":
-                response = self._client().put(api_path(write.name), json=api_doc(write.name, write.port))
+                response = self._client().put(api_path(write.name), json=marked_api(write.name, write.port))
             else:
                 response = self._client().delete(api_path(write.name))
             write.status = response.status_code

@@ -12,6 +12,7 @@ import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.identity import IdentityProvider
 from meshplane_testing.meshplane import (
@@ -73,38 +74,81 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     put(
         api,
         "apis",
-        api_doc("signed", "/signed", port, authentication=signed, operations=[{"method": "GET", "path": "/items"}]),
+        documents.api(
+            "signed",
+            basePath="/signed",
+            backends=[documents.backend(port)],
+            authentication=signed,
+            operations=[{"method": "GET", "path": "/items"}],
+        ),
     )
     put(
         api,
         "apis",
-        api_doc("opaque", "/opaque", port, authentication=opaque, operations=[{"method": "GET", "path": "/items"}]),
+        documents.api(
+            "opaque",
+            basePath="/opaque",
+            backends=[documents.backend(port)],
+            authentication=opaque,
+            operations=[{"method": "GET", "path": "/items"}],
+        ),
     )
     user_auth = {"jwt": {"issuer": ISSUER, "audiences": ["orders"], "jwks": idp.jwks}}
     user_ops = [{"method": "GET", "path": "/me"}, {"method": "POST", "path": "/orders", "scopes": ["orders:write"]}]
-    put(api, "apis", api_doc("users", "/users", port, authentication=user_auth, operations=user_ops))
+    put(
+        api,
+        "apis",
+        documents.api(
+            "users",
+            basePath="/users",
+            backends=[documents.backend(port)],
+            authentication=user_auth,
+            operations=user_ops,
+        ),
+    )
     global_limit = {"requestsPerUnit": 3, "unit": "second", "scope": "global"}
-    put(api, "apis", api_doc("limited", "/limited", port, rateLimit=global_limit))
-    put(api, "apis", api_doc("local", "/local", port, rateLimit={"requestsPerUnit": 3, "unit": "second"}))
+    put(
+        api,
+        "apis",
+        documents.api("limited", basePath="/limited", backends=[documents.backend(port)], rateLimit=global_limit),
+    )
+    put(
+        api,
+        "apis",
+        documents.api(
+            "local",
+            basePath="/local",
+            backends=[documents.backend(port)],
+            rateLimit={"requestsPerUnit": 3, "unit": "second"},
+        ),
+    )
     cors = {
         "allowOrigins": ["https://app.example"],
         "allowMethods": ["GET"],
         "allowHeaders": ["x-api-key"],
         "maxAge": "10m",
     }
-    put(api, "apis", api_doc("cors", "/cors", port, authentication=signed, cors=cors))
+    put(
+        api,
+        "apis",
+        documents.api("cors", basePath="/cors", backends=[documents.backend(port)], authentication=signed, cors=cors),
+    )
     for app in ("good", "lonely", "blocked"):
-        put(api, "applications", doc("Application", app, {"description": f"the {app} app"}))
+        put(api, "applications", documents.document("Application", app, spec={"description": f"the {app} app"}))
     for target in ("signed", "opaque", "cors"):
         put(
             api,
             "subscriptions",
-            doc("Subscription", f"good-{target}", {"application": "good", "api": target, "plan": "gold"}),
+            documents.document(
+                "Subscription", f"good-{target}", spec={"application": "good", "api": target, "plan": "gold"}
+            ),
         )
         put(
             api,
             "subscriptions",
-            doc("Subscription", f"blocked-{target}", {"application": "blocked", "api": target, "state": "blocked"}),
+            documents.document(
+                "Subscription", f"blocked-{target}", spec={"application": "blocked", "api": target, "state": "blocked"}
+            ),
         )
     keys = {
         role: issue(api, app)["key"] for role, app in (("good", "good"), ("lonely", "lonely"), ("blocked", "blocked"))
@@ -127,15 +171,6 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
 PROJECT = "default"
 
 
-def doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "project": PROJECT},
-        "spec": spec,
-    }
-
-
 def put(api: httpx.Client, plural: str, document: dict[str, Any]) -> None:
     name = document["metadata"]["name"]
     response = api.put(f"/v1/projects/{PROJECT}/{plural}/{name}", json=document)
@@ -146,7 +181,3 @@ def issue(api: httpx.Client, app: str, **body: Any) -> dict[str, Any]:
     response = api.post(f"/v1/projects/{PROJECT}/applications/{app}/keys", json=body)
     assert response.status_code == 201, response.text
     return response.json()
-
-
-def api_doc(name: str, base_path: str, port: int, **spec: Any) -> dict[str, Any]:
-    return doc("API", name, {"basePath": base_path, "backends": [{"host": "127.0.0.1", "port": port}], **spec})

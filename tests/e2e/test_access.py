@@ -19,6 +19,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.identity import IdentityProvider
@@ -29,7 +30,7 @@ from meshplane_testing.meshplane import (
 )
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
-from tests.e2e.access_fleet import ISSUER, PROJECT, api_doc, data_plane, declare, issue, put
+from tests.e2e.access_fleet import ISSUER, PROJECT, data_plane, declare, issue, put
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 
@@ -255,14 +256,23 @@ def test_limiter_down_lets_traffic_through_and_local_limits_hold_without_one(
         put(
             api,
             "apis",
-            api_doc(
+            documents.api(
                 "limited",
-                "/limited",
-                orders_port,
+                basePath="/limited",
+                backends=[documents.backend(orders_port)],
                 rateLimit={"requestsPerUnit": 2, "unit": "minute", "scope": "global"},
             ),
         )
-        put(api, "apis", api_doc("local", "/local", orders_port, rateLimit={"requestsPerUnit": 2, "unit": "minute"}))
+        put(
+            api,
+            "apis",
+            documents.api(
+                "local",
+                basePath="/local",
+                backends=[documents.backend(orders_port)],
+                rateLimit={"requestsPerUnit": 2, "unit": "minute"},
+            ),
+        )
         gateway = Gateway(agent.gateway_port)
         gateway.wait_for("/limited/x", status(429), timeout=30)
 
@@ -283,7 +293,11 @@ def test_two_limiters_behind_two_gateways_share_one_count_in_redis(
         server.http() as api,
     ):
         limit = {"requestsPerUnit": 4, "unit": "minute", "scope": "global"}
-        put(api, "apis", api_doc("shared", "/shared", orders_port, rateLimit=limit))
+        put(
+            api,
+            "apis",
+            documents.api("shared", basePath="/shared", backends=[documents.backend(orders_port)], rateLimit=limit),
+        )
         a, b = Gateway(agent_a.gateway_port), Gateway(agent_b.gateway_port)
         # Both gateways must hold the limit before the count starts; probing costs one call each.
         a.wait_for("/shared/x", lambda r: r.status_code == 200 and "x-ratelimit-limit" in r.headers, timeout=30)

@@ -26,7 +26,7 @@ from meshplane_testing.metrics import Scrape
 from meshplane_testing.process import Process
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
-from tests.e2e.test_access import ISSUER, data_plane, declare
+from tests.e2e.access_fleet import ISSUER, data_plane, declare
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(150)]
 

@@ -21,7 +21,7 @@ import pytest
 from meshplane_testing.convergence import assert_converged
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.eventually import eventually
-from meshplane_testing.faults import api_doc, api_path
+from meshplane_testing.faults import api_path, marked_api
 from meshplane_testing.gateway import Gateway, from_upstream
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
@@ -75,7 +75,7 @@ def envoy_connected(envoy: EnvoyProcess) -> bool:
 
 def put_orders(server: ServerProcess, port: int) -> None:
     with server.http() as http:
-        response = http.put(api_path("orders"), json=api_doc("orders", port))
+        response = http.put(api_path("orders"), json=marked_api("orders", port))
     assert response.status_code in (200, 201), response.text
 
 
