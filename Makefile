@@ -23,8 +23,8 @@ test: $(STAMP) lint
 	$(BIN)/pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check meshplane tests bench
-	$(BIN)/ruff format --check meshplane tests bench
+	$(BIN)/ruff check meshplane meshplane_testing tests bench
+	$(BIN)/ruff format --check meshplane meshplane_testing tests bench
 	@# The pure cores (placement, projection, render, translate) import no store, web, gRPC or tracing.
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_pure_cores.py
 

@@ -23,11 +23,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import emit, parser, ratio
-from tests.faults import Write, Writers, applied_updates, projection_matches_store
-from tests.harness.convergence import assert_converged, held_bytes
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.tcp_proxy import run_tcp_proxy
+from meshplane_testing.convergence import assert_converged, held_bytes
+from meshplane_testing.eventually import eventually
+from meshplane_testing.faults import Write, Writers, applied_updates, projection_matches_store
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.tcp_proxy import run_tcp_proxy
 
 CLUSTER = "edge-catchup"
 WRITERS = 8
@@ -64,8 +64,10 @@ def run(work: Path, objects: int, changes: int, seed: int) -> dict[str, Any]:
             assert_converged(server, state_dir, CLUSTER, converge_timeout)
 
         offline_rate = send(writers, offline_writes(objects, changes, seed))
-        wait_until(
-            lambda: projection_matches_store(server, CLUSTER), converge_timeout, "the projection to take every change"
+        eventually(
+            lambda: projection_matches_store(server, CLUSTER),
+            timeout=converge_timeout,
+            what="the projection to take every change",
         )
 
         log = work / f"agent-{CLUSTER}.log"

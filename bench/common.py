@@ -14,11 +14,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.harness.postgres import PostgresServer, _packaged_servers, start_postgres
-from tests.harness.process import free_port, port_open, require_binary, running
+from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.postgres import PostgresServer, _packaged_servers, start_postgres
+from meshplane_testing.process import MissingRequirement, free_port, port_open, require_binary, running
 
 PROJECT = "default"
 SQLITE = "sqlite"
@@ -72,7 +70,7 @@ def have_postgres() -> bool:
     """Whether the test harness can start a PostgreSQL here (it looks for the binaries the same way)."""
     try:
         require_binary("postgres", *_packaged_servers())
-    except (pytest.skip.Exception, pytest.fail.Exception):
+    except MissingRequirement:
         return False
     return True
 
@@ -120,18 +118,6 @@ def nginx(work: Path, body: str = "ok") -> Iterator[int]:
     with running(argv, home / "nginx.log") as process:
         process.wait_ready(lambda: port_open(port), 15.0, "nginx")
         yield port
-
-
-def api_document(name: str, base_path: str, port: int, backend_base_path: str = "/") -> dict[str, Any]:
-    """An API on every cluster (no placement) with one plain HTTP backend on loopback."""
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": PROJECT},
-        "spec": {
-            "basePath": base_path,
-            "backends": [{"host": "127.0.0.1", "port": port, "basePath": backend_base_path}],
-        },
-    }
 
 
 def api_path(name: str) -> str:

@@ -26,11 +26,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import httpx
 
 from bench.common import nginx, wrk
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, status
-from tests.harness.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
-from tests.harness.process import free_port
-from tests.harness.redis import start_redis
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.redis import start_redis
 
 PROJECT = "default"
 HIGH = {"requestsPerUnit": 1_000_000_000, "unit": "second"}

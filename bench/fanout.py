@@ -50,7 +50,7 @@ from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.xds.client import DeltaClient, DeltaUpdate
-from tests.harness.meshplane import run_server
+from meshplane_testing.meshplane import run_server
 
 API_TYPE = REGISTRY.get("API").type_url
 WATCHED = "fanout"

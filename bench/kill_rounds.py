@@ -24,8 +24,8 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 from bench.common import parser as common_parser
 from bench.common import percentile
-from tests.faults import kill_rounds
-from tests.harness.postgres import start_postgres
+from meshplane_testing.faults import kill_rounds
+from meshplane_testing.postgres import start_postgres
 
 
 @contextlib.contextmanager

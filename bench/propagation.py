@@ -25,12 +25,9 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
-import httpx
 
 from bench.common import (
     add_store_arguments,
-    api_document,
-    api_path,
     database_url,
     distribution,
     emit,
@@ -48,10 +45,11 @@ from meshplane.model.registry import REGISTRY
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
-from tests.harness.envoy import run_envoy
-from tests.harness.meshplane import run_agent
-from tests.harness.postgres import PostgresServer
-from tests.harness.process import free_port
+from meshplane_testing.documents import api, backend
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.meshplane import run_agent
+from meshplane_testing.postgres import PostgresServer
+from meshplane_testing.process import free_port
 
 NAME = "propagation"
 BASE_PATH = "/bench"
@@ -142,12 +140,12 @@ async def through_meshplane(
         run_envoy(work, f"gw-{store}", agent.xds_port) as envoy,
     ):
         envoy.wait_listener(agent.gateway_port)
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as api:
+        async with server.client() as north:
 
             async def put(change: int | None) -> None:
                 started = time.perf_counter()
-                document = api_document(NAME, BASE_PATH, upstream, backend_base(change))
-                (await api.put(api_path(NAME), json=document)).raise_for_status()
+                document = api(NAME, basePath=BASE_PATH, backends=[backend(upstream, basePath=backend_base(change))])
+                await north.put(document)
                 if change is not None and change >= WARMUP:
                     put_ms.append((time.perf_counter() - started) * 1000)
 
@@ -165,7 +163,7 @@ async def through_meshplane(
 
 def envoy_config(upstream: int, settings: GatewaySettings, change: int | None) -> EnvoyConfig:
     """What the agent's translator makes of the benchmark API at one change."""
-    document = api_document(NAME, BASE_PATH, upstream, backend_base(change))
+    document = api(NAME, basePath=BASE_PATH, backends=[backend(upstream, basePath=backend_base(change))])
     return translate_apis([REGISTRY.parse(document)], settings)
 
 

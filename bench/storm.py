@@ -42,8 +42,8 @@ from bench.common import cpu_seconds, distribution, emit, parser, raise_fd_limit
 from bench.fleet import STREAMS_PER_CHANNEL, Report, Tally, WorkerPlan, Workers, plans, put_api
 from meshplane.model.registry import REGISTRY
 from meshplane.xds.client import DeltaClient, DeltaUpdate
-from tests.harness.meshplane import run_server
-from tests.harness.process import free_port
+from meshplane_testing.meshplane import run_server
+from meshplane_testing.process import free_port
 
 API_TYPE = REGISTRY.get("API").type_url
 TYPE_URLS = [info.type_url for info in REGISTRY.delivered()]

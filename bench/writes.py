@@ -34,7 +34,6 @@ import asyncpg
 from bench.common import (
     POSTGRESQL,
     add_store_arguments,
-    api_document,
     api_path,
     database_url,
     distribution,
@@ -46,8 +45,9 @@ from bench.common import (
     server_on,
     wrk,
 )
-from tests.harness.postgres import PostgresServer
-from tests.harness.process import free_port, port_open, running
+from meshplane_testing.documents import api, backend
+from meshplane_testing.postgres import PostgresServer
+from meshplane_testing.process import free_port, port_open, running
 
 WARMUP = 20
 """asyncpg statements made before the floor's timing starts, so connections are warm."""
@@ -105,7 +105,7 @@ async def concurrently(clients: int, writes: int, write: Callable[[int], Awaitab
 
 def puts(work: Path, url: str, headers: dict[str, str], clients: int, seconds: int) -> dict[str, Any]:
     """PUTs of distinct APIs at `url` from `clients` connections for `seconds`, after a warm-up."""
-    document = json.dumps(api_document("@name@", "/@name@", BACKEND_PORT))
+    document = json.dumps(api("@name@", basePath="/@name@", backends=[backend(BACKEND_PORT, basePath="/")]))
     runs = {}
     for prefix, duration in (("warm", WARMUP_SECONDS), ("w", seconds)):
         script = work / f"puts-{prefix}.lua"

@@ -137,10 +137,14 @@ class MeshplaneClient:
         token: str | None = None,
         timeout: float = 30.0,
         cacert: Path | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ):
-        """`cacert`: the CA certificate that vouches for an https:// server (default: the system's CAs)."""
+        """`cacert`: the CA certificate that vouches for an https:// server (default: the system's CAs);
+        `transport`: how requests reach the server, when not over the network (tests serve the app in process)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(base_url=server, headers=headers, timeout=timeout, verify=trust_of(cacert))
+        self.http = httpx.AsyncClient(
+            base_url=server, headers=headers, timeout=timeout, verify=trust_of(cacert), transport=transport
+        )
 
     async def __aenter__(self) -> MeshplaneClient:
         return self

@@ -1,16 +1,47 @@
 """Fixtures shared by every test suite; each block below belongs to the subsystem named in its header."""
 
 import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from meshplane.store.store import Store
-from tests.harness.kube import KubeAPIServer, start_kube_apiserver
-from tests.harness.postgres import PostgresServer, start_postgres
-from tests.harness.redis import RedisServer, start_redis
-from tests.harness.tracing import RecordedSpans
+from meshplane_testing.kube import KubeAPIServer, start_kube_apiserver
+from meshplane_testing.postgres import PostgresServer, start_postgres
+from meshplane_testing.process import MissingRequirement
+from meshplane_testing.redis import RedisServer, start_redis
+from meshplane_testing.tracing import RecordedSpans
+
+# --- Missing binaries and files: the one place that decides between a skip and a failure ---
+
+
+@contextlib.contextmanager
+def _missing_requirement_skips_or_fails() -> Iterator[None]:
+    """What the harness cannot find skips the test, saying what it is, except in CI, where it must be there."""
+    try:
+        yield
+    except MissingRequirement as missing:
+        if os.environ.get("CI"):
+            pytest.fail(str(missing), pytrace=False)
+        pytest.skip(str(missing))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> object:
+    with _missing_requirement_skips_or_fails():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    with _missing_requirement_skips_or_fails():
+        return (yield)
+
+
+# --- end of the missing binaries and files block ---
 
 # --- PostgreSQL: one private server per session, a fresh database per test (meshplane.store owns this block) ---
 
@@ -75,7 +106,7 @@ def server_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
     asyncio.run(server.drop_database(url))
 
 
-# --- Kubernetes: one private etcd + kube-apiserver per session, our CRDs installed (tests/harness/kube.py) ---
+# --- Kubernetes: one private etcd + kube-apiserver per session, our CRDs installed (meshplane_testing/kube.py) ---
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +121,7 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI
 # --- end of the Kubernetes block ---
 
 
-# --- Redis: one private server per session, for the rate limiter's shared counters (tests/harness/redis.py) ---
+# --- Redis: one private server per session, for the rate limiter's shared counters (meshplane_testing/redis.py) ---
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +134,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 # --- end of the Redis block ---
 
 
-# --- Tracing: spans recorded in memory for one test, tracing off again after it (tests/harness/tracing.py) ---
+# --- Tracing: spans recorded in memory for one test, tracing off again after it (meshplane_testing/tracing.py) ---
 
 
 @pytest.fixture

@@ -7,58 +7,32 @@ native path (signed keys, checked by Envoy alone) and the enforcer path (opaque 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, status
-from tests.harness.identity import IdentityProvider
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_enforcer, run_ratelimiter, run_server
-from tests.harness.process import free_port
-from tests.harness.redis import RedisServer
-from tests.harness.upstream import run_upstream
+from meshplane_testing import documents
+from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.identity import IdentityProvider
+from meshplane_testing.meshplane import (
+    AgentProcess,
+    ServerProcess,
+    run_server,
+)
+from meshplane_testing.redis import RedisServer
+from meshplane_testing.upstream import run_upstream
+from tests.e2e.access_fleet import ISSUER, PROJECT, data_plane, declare, issue, put
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
-
-PROJECT = "default"
-ISSUER = "https://idp.test"
-
-
-def doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "project": PROJECT},
-        "spec": spec,
-    }
-
-
-def put(api: httpx.Client, plural: str, document: dict[str, Any]) -> None:
-    name = document["metadata"]["name"]
-    response = api.put(f"/v1/projects/{PROJECT}/{plural}/{name}", json=document)
-    assert response.status_code in (200, 201), response.text
-
-
-def issue(api: httpx.Client, app: str, **body: Any) -> dict[str, Any]:
-    response = api.post(f"/v1/projects/{PROJECT}/applications/{app}/keys", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def api_doc(name: str, base_path: str, port: int, **spec: Any) -> dict[str, Any]:
-    return doc("API", name, {"basePath": base_path, "backends": [{"host": "127.0.0.1", "port": port}], **spec})
 
 
 @dataclass
@@ -72,103 +46,6 @@ class Fleet:
     api: httpx.Client
     keys: dict[str, str]
     idp: IdentityProvider
-
-
-@contextlib.contextmanager
-def data_plane(
-    tmp: Path,
-    server: ServerProcess,
-    cluster: str,
-    redis: RedisServer | None,
-    *,
-    enforcer: bool = True,
-    limiter: bool = True,
-) -> Iterator[tuple[AgentProcess, EnvoyProcess, dict[str, Any]]]:
-    """An agent with its enforcer and rate limiter (each optional) and one Envoy."""
-    ports = {"enforcer": free_port(), "ratelimiter": free_port()}
-    extra = []
-    if enforcer:
-        extra += ["--enforcer-address", f"127.0.0.1:{ports['enforcer']}"]
-    if limiter:
-        extra += ["--ratelimiter-address", f"127.0.0.1:{ports['ratelimiter']}"]
-    with contextlib.ExitStack() as stack:
-        agent = stack.enter_context(run_agent(tmp, cluster, server, extra=extra))
-        services: dict[str, Any] = {}
-        if enforcer:
-            services["enforcer"] = stack.enter_context(
-                run_enforcer(tmp, agent.xds_port, name=f"enforcer-{cluster}", port=ports["enforcer"])
-            )
-        if limiter:
-            services["ratelimiter"] = stack.enter_context(
-                run_ratelimiter(
-                    tmp,
-                    agent.xds_port,
-                    redis.url if redis else None,
-                    name=f"ratelimiter-{cluster}",
-                    port=ports["ratelimiter"],
-                )
-            )
-        envoy = stack.enter_context(run_envoy(tmp, f"gw-{cluster}", agent.xds_port))
-        envoy.wait_listener(agent.gateway_port)
-        yield agent, envoy, services
-
-
-def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, str]:
-    """The APIs, applications, subscriptions and keys every case below uses; the keys by role."""
-    signed = {"apiKey": {"header": "x-api-key"}}
-    opaque = {"apiKey": {"mode": "opaque", "header": "x-api-key", "query": "key"}}
-    put(
-        api,
-        "apis",
-        api_doc("signed", "/signed", port, authentication=signed, operations=[{"method": "GET", "path": "/items"}]),
-    )
-    put(
-        api,
-        "apis",
-        api_doc("opaque", "/opaque", port, authentication=opaque, operations=[{"method": "GET", "path": "/items"}]),
-    )
-    user_auth = {"jwt": {"issuer": ISSUER, "audiences": ["orders"], "jwks": idp.jwks}}
-    user_ops = [{"method": "GET", "path": "/me"}, {"method": "POST", "path": "/orders", "scopes": ["orders:write"]}]
-    put(api, "apis", api_doc("users", "/users", port, authentication=user_auth, operations=user_ops))
-    global_limit = {"requestsPerUnit": 3, "unit": "second", "scope": "global"}
-    put(api, "apis", api_doc("limited", "/limited", port, rateLimit=global_limit))
-    put(api, "apis", api_doc("local", "/local", port, rateLimit={"requestsPerUnit": 3, "unit": "second"}))
-    cors = {
-        "allowOrigins": ["https://app.example"],
-        "allowMethods": ["GET"],
-        "allowHeaders": ["x-api-key"],
-        "maxAge": "10m",
-    }
-    put(api, "apis", api_doc("cors", "/cors", port, authentication=signed, cors=cors))
-    for app in ("good", "lonely", "blocked"):
-        put(api, "applications", doc("Application", app, {"description": f"the {app} app"}))
-    for target in ("signed", "opaque", "cors"):
-        put(
-            api,
-            "subscriptions",
-            doc("Subscription", f"good-{target}", {"application": "good", "api": target, "plan": "gold"}),
-        )
-        put(
-            api,
-            "subscriptions",
-            doc("Subscription", f"blocked-{target}", {"application": "blocked", "api": target, "state": "blocked"}),
-        )
-    keys = {
-        role: issue(api, app)["key"] for role, app in (("good", "good"), ("lonely", "lonely"), ("blocked", "blocked"))
-    }
-    keys["imported"] = secrets.token_urlsafe(32)
-    issue(api, "good", key=keys["imported"])
-    keys["expired"] = issue(api, "good", expiresIn="1s")["key"]
-    revoked = issue(api, "good")
-    keys["revoked"] = revoked["key"]
-    assert api.delete(f"/v1/projects/{PROJECT}/applications/good/keys/{revoked['id']}").json()["revoked"]
-    header = jwt.get_unverified_header(keys["good"])
-    claims = jwt.decode(keys["good"], options={"verify_signature": False})
-    keys["forged"] = jwt.encode(
-        claims, ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": header["kid"]}
-    )
-    keys["unknown"] = secrets.token_urlsafe(40)
-    return keys
 
 
 @pytest.fixture(scope="module")
@@ -379,14 +256,23 @@ def test_limiter_down_lets_traffic_through_and_local_limits_hold_without_one(
         put(
             api,
             "apis",
-            api_doc(
+            documents.api(
                 "limited",
-                "/limited",
-                orders_port,
+                basePath="/limited",
+                backends=[documents.backend(orders_port)],
                 rateLimit={"requestsPerUnit": 2, "unit": "minute", "scope": "global"},
             ),
         )
-        put(api, "apis", api_doc("local", "/local", orders_port, rateLimit={"requestsPerUnit": 2, "unit": "minute"}))
+        put(
+            api,
+            "apis",
+            documents.api(
+                "local",
+                basePath="/local",
+                backends=[documents.backend(orders_port)],
+                rateLimit={"requestsPerUnit": 2, "unit": "minute"},
+            ),
+        )
         gateway = Gateway(agent.gateway_port)
         gateway.wait_for("/limited/x", status(429), timeout=30)
 
@@ -407,7 +293,11 @@ def test_two_limiters_behind_two_gateways_share_one_count_in_redis(
         server.http() as api,
     ):
         limit = {"requestsPerUnit": 4, "unit": "minute", "scope": "global"}
-        put(api, "apis", api_doc("shared", "/shared", orders_port, rateLimit=limit))
+        put(
+            api,
+            "apis",
+            documents.api("shared", basePath="/shared", backends=[documents.backend(orders_port)], rateLimit=limit),
+        )
         a, b = Gateway(agent_a.gateway_port), Gateway(agent_b.gateway_port)
         # Both gateways must hold the limit before the count starts; probing costs one call each.
         a.wait_for("/shared/x", lambda r: r.status_code == 200 and "x-ratelimit-limit" in r.headers, timeout=30)

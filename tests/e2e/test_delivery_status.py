@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 
 from meshplane.agent.bootstrap import envoy_bootstrap
-from tests.harness.envoy import EnvoyProcess, run_envoy_config
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 
 
 def api(port: int, operations: list[dict]) -> dict:

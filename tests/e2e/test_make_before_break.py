@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.upstream import run_upstream
 
 
 def api(backends: list[dict]) -> dict:

@@ -17,15 +17,16 @@ import httpx
 import pytest
 
 from meshplane.dataplane import RATELIMIT_DOMAIN
-from tests.e2e.test_access import ISSUER, data_plane, declare
-from tests.harness.envoy import EnvoyProcess
-from tests.harness.gateway import Gateway, status
-from tests.harness.identity import IdentityProvider
-from tests.harness.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
-from tests.harness.metrics import Scrape
-from tests.harness.process import Process, wait_until
-from tests.harness.redis import RedisServer
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.eventually import eventually
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.identity import IdentityProvider
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, ServiceProcess, run_server
+from meshplane_testing.metrics import Scrape
+from meshplane_testing.process import Process
+from meshplane_testing.redis import RedisServer
+from meshplane_testing.upstream import run_upstream
+from tests.e2e.access_fleet import ISSUER, data_plane, declare
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(150)]
 
@@ -96,7 +97,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> 
         contextlib.closing(Gateway(agent.gateway_port)) as gateway,
     ):
         observed = Run(server, agent, envoy, services, api, {}, {}, {})
-        wait_until(lambda: synced(observed.scrape_server()), 30, "the agent to connect and sync")
+        eventually(lambda: synced(observed.scrape_server()), timeout=30, what="the agent to connect and sync")
         observed.before = observed.scrape()
 
         observed.keys = declare(api, port, IdentityProvider(ISSUER, "orders"))
@@ -106,7 +107,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> 
         gateway.wait_for("/opaque/items", status(401), headers={"x-api-key": observed.keys["revoked"]})
         gateway.wait_for(f"/opaque/items?key={observed.keys['imported']}", status(200))
         gateway.wait_for("/limited/x", lambda r: "x-ratelimit-limit" in r.headers, timeout=30)
-        wait_until(lambda: synced(observed.scrape_server()), 30, "the agent to apply every change")
+        eventually(lambda: synced(observed.scrape_server()), timeout=30, what="the agent to apply every change")
         observed.after = observed.scrape()
         yield observed
 

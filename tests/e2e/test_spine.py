@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
-
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.north import blocking
+from meshplane_testing.upstream import run_upstream
 
 
 def orders_api(port: int, *, base_path: str = "/", operations: list[dict] | None = None) -> dict:
@@ -32,13 +31,6 @@ def orders_api(port: int, *, base_path: str = "/", operations: list[dict] | None
     }
 
 
-def put(api: httpx.Client, doc: dict) -> dict:
-    meta = doc["metadata"]
-    response = api.put(f"/v1/projects/{meta['project']}/apis/{meta['name']}", json=doc)
-    assert response.status_code in (200, 201), response.text
-    return response.json()
-
-
 def test_api_changes_reach_real_traffic_through_three_versions(tmp_path: Path, server_database: str | None) -> None:
     with (
         run_upstream("one") as (port_one, seen_one),
@@ -47,12 +39,13 @@ def test_api_changes_reach_real_traffic_through_three_versions(tmp_path: Path, s
         run_agent(tmp_path, "edge-1", server.grpc_address, {"region": "eu"}) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
         server.http() as api,
+        blocking(server.client()) as north,
     ):
         envoy.wait_listener(agent.gateway_port)
         gateway = Gateway(agent.gateway_port)
 
         # Version 1: GET /orders/items reaches upstream one as /items; nothing undeclared is routed.
-        put(api, orders_api(port_one))
+        north.put(orders_api(port_one))
         answer = gateway.wait_for("/orders/items", from_upstream("one"))
         assert answer.json()["path"] == "/items"
         assert gateway.request("GET", "/orders/items/42?expand=1").json()["path"] == "/items/42?expand=1"
@@ -65,16 +58,16 @@ def test_api_changes_reach_real_traffic_through_three_versions(tmp_path: Path, s
         billing["metadata"]["name"] = "billing"
         billing["spec"]["basePath"] = "/billing"
         billing["spec"]["placement"] = {"clusters": ["edge-2"]}
-        put(api, billing)
+        north.put(billing)
 
         # Version 2: the backend moves to upstream two, under /v2.
-        put(api, orders_api(port_two, base_path="/v2"))
+        north.put(orders_api(port_two, base_path="/v2"))
         answer = gateway.wait_for("/orders/items", from_upstream("two"))
         assert answer.json()["path"] == "/v2/items"
 
         # Version 3: POST /items is declared now; GET /items/{id} is not any more.
         ops = [{"method": "GET", "path": "/items"}, {"method": "POST", "path": "/items"}]
-        put(api, orders_api(port_two, base_path="/v2", operations=ops))
+        north.put(orders_api(port_two, base_path="/v2", operations=ops))
         gateway.wait_for("/orders/items", from_upstream("two"), method="POST")
         assert gateway.request("GET", "/orders/items/42").status_code == 404
 

@@ -18,13 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults import api_doc, api_path
-from tests.harness.convergence import assert_converged
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, from_upstream
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.process import free_port, wait_until
-from tests.harness.upstream import run_upstream
+from meshplane_testing.convergence import assert_converged
+from meshplane_testing.envoy import EnvoyProcess, run_envoy
+from meshplane_testing.eventually import eventually
+from meshplane_testing.faults import api_path, marked_api
+from meshplane_testing.gateway import Gateway, from_upstream
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 
 CLUSTER = "edge-restart"
 
@@ -74,7 +75,7 @@ def envoy_connected(envoy: EnvoyProcess) -> bool:
 
 def put_orders(server: ServerProcess, port: int) -> None:
     with server.http() as http:
-        response = http.put(api_path("orders"), json=api_doc("orders", port))
+        response = http.put(api_path("orders"), json=marked_api("orders", port))
     assert response.status_code in (200, 201), response.text
 
 
@@ -110,9 +111,13 @@ def test_agent_restarted_while_the_server_is_down_keeps_the_gateway_serving(tmp_
             agent = agent_slot.enter_context(run_agent(tmp_path, CLUSTER, server_grpc, ports=agent_ports))
             restarted_at = poller.calls
             # ... and is back with no server to ask: Envoy reconnects and gets the same config, from local state.
-            wait_until(lambda: envoy_connected(envoy), 30, "Envoy to reconnect to the restarted agent")
+            eventually(lambda: envoy_connected(envoy), timeout=30, what="Envoy to reconnect to the restarted agent")
             reconnected_at = poller.calls
-            wait_until(lambda: poller.calls > reconnected_at + 20, 10, "calls through the restarted agent's config")
+            eventually(
+                lambda: poller.calls > reconnected_at + 20,
+                timeout=10,
+                what="calls through the restarted agent's config",
+            )
         print(
             f"\ngateway calls: {stopped_at} before the agent stopped, {restarted_at - stopped_at} while it was away, "
             f"{poller.calls - restarted_at} after it came back; {len(poller.failures)} failed"

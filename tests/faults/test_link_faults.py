@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults import Write, Writers
-from tests.harness.convergence import agent_apis, assert_converged
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.tcp_proxy import TcpProxy, run_tcp_proxy
+from meshplane_testing.convergence import agent_apis, assert_converged
+from meshplane_testing.eventually import eventually
+from meshplane_testing.faults import Write, Writers
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.tcp_proxy import TcpProxy, run_tcp_proxy
 
 CLUSTER = "edge-link"
 # A short keepalive window for the server (seconds of silence before a ping, seconds to wait for its answer),
@@ -102,7 +102,9 @@ def test_agent_converges_after_a_silent_stall_is_resumed(tmp_path: Path) -> None
         pushes = sync_pushes(setup.server.url)
         writers.run([*puts([f"api-{i}" for i in range(5)], 9002), Write("DELETE", "api-9"), *puts(["late"], 9003)])
         # The server has pushed the change into the dead link, and none of it came through.
-        wait_until(lambda: sync_pushes(setup.server.url) > pushes, 10, "the server to push into the stalled link")
+        eventually(
+            lambda: sync_pushes(setup.server.url) > pushes, timeout=10, what="the server to push into the stalled link"
+        )
         assert setup.proxy.bytes_downstream == downstream
         assert "default/late" not in agent_apis(setup.state_dir)
 
@@ -125,9 +127,11 @@ def test_stalled_link_is_detected_as_disconnected(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("MESHPLANE_KEEPALIVE_INTERVAL", str(KEEPALIVE_INTERVAL))
     monkeypatch.setenv("MESHPLANE_KEEPALIVE_TIMEOUT", str(KEEPALIVE_TIMEOUT))
     with proxied(tmp_path) as setup:
-        wait_until(lambda: cluster_connected(setup.server) is True, 30, "the cluster to show as connected")
+        eventually(lambda: cluster_connected(setup.server) is True, timeout=30, what="the cluster to show as connected")
 
         setup.proxy.stall()
         stalled_at = time.monotonic()
-        wait_until(lambda: cluster_connected(setup.server) is False, DETECTION_BOUND, "the server to notice")
+        eventually(
+            lambda: cluster_connected(setup.server) is False, timeout=DETECTION_BOUND, what="the server to notice"
+        )
         print(f"\nstalled link detected as disconnected after {time.monotonic() - stalled_at:.1f}s")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import Write, Writers, applied_updates, projection_matches_store
-from tests.harness.convergence import assert_converged, held_bytes, store_apis
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.tcp_proxy import run_tcp_proxy
+from meshplane_testing.convergence import assert_converged, held_bytes, store_apis
+from meshplane_testing.eventually import eventually
+from meshplane_testing.faults import Write, Writers, applied_updates, projection_matches_store
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.tcp_proxy import run_tcp_proxy
 
 CLUSTER = "edge-offline"
 NAMES = 300
@@ -42,8 +42,10 @@ def test_offline_cluster_catches_up_in_one_round(tmp_path: Path) -> None:
         assert all(w.acknowledged or (w.op == "DELETE" and w.status == 404) for w in answered), {
             w.status for w in answered
         }
-        wait_until(
-            lambda: projection_matches_store(server, CLUSTER), 30, "the server's projection to take every change"
+        eventually(
+            lambda: projection_matches_store(server, CLUSTER),
+            timeout=30,
+            what="the server's projection to take every change",
         )
 
         # Back online, through a proxy that counts what the server sends.

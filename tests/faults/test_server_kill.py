@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import kill_rounds
+from meshplane_testing.faults import kill_rounds
 
 ROUNDS = {"sqlite": 20, "postgresql": 5}  # PostgreSQL restarts take longer; bench/kill_rounds.py --postgres runs more
 

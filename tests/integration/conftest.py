@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.meshplane import ServerProcess, run_server
+from meshplane_testing.meshplane import ServerProcess, run_server
 
 
 @pytest.fixture(scope="module")

@@ -25,36 +25,14 @@ from meshplane.server.problems import Problem
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.errors import NotFound, Overtaken
 from meshplane.store.store import Store
-from tests.harness.north import north_client
+from meshplane_testing.documents import api, document, rate_limit_policy, subscription
+from meshplane_testing.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 
 SHOP = "/v1/projects/shop"
 KEYS = f"{SHOP}/applications/mobile/keys"
 KEY_SET = "/v1/keysets/api-keys"
-
-
-def doc(kind: str, name: str, spec: dict[str, Any], project: str = "shop") -> dict[str, Any]:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "project": project},
-        "spec": spec,
-    }
-
-
-def api_doc(name: str, project: str = "shop", **spec: Any) -> dict[str, Any]:
-    """An API served under /<name> on every hostname unless `spec` (wire form) says otherwise."""
-    base = {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": 9001}]}
-    return doc("API", name, {**base, **spec}, project)
-
-
-def subscription_doc(name: str, application: str, api: str, plan: str = "default") -> dict[str, Any]:
-    return doc("Subscription", name, {"application": application, "api": api, "plan": plan})
-
-
-def policy_doc(target: dict[str, Any]) -> dict[str, Any]:
-    return doc("RateLimitPolicy", "limit", {"target": target, "requestsPerUnit": 10, "unit": "minute"})
 
 
 def field_paths(response: httpx.Response) -> set[str]:
@@ -102,7 +80,7 @@ async def given_objects(client: httpx.AsyncClient, *bodies: dict[str, Any]) -> N
 @pytest.fixture
 async def mobile(client: httpx.AsyncClient) -> httpx.AsyncClient:
     """The client, with application `mobile` in `shop`."""
-    await given_objects(client, doc("Application", "mobile", {}))
+    await given_objects(client, document("Application", "mobile", spec={}, project="shop"))
     return client
 
 
@@ -133,11 +111,15 @@ async def test_subscription_naming_a_missing_object_is_refused_with_its_field_pa
     client: httpx.AsyncClient, existing: set[str], missing_paths: set[str]
 ) -> None:
     if "application" in existing:
-        await given_objects(client, doc("Application", "mobile", {}))
+        await given_objects(client, document("Application", "mobile", spec={}, project="shop"))
     if "api" in existing:
-        await given_objects(client, api_doc("orders"))
+        await given_objects(client, api("orders", project="shop"))
 
-    response = await put(client, "subscriptions", subscription_doc("mobile-orders", "mobile", "orders"))
+    response = await put(
+        client,
+        "subscriptions",
+        subscription("mobile-orders", application="mobile", api="orders", plan="default", project="shop"),
+    )
 
     assert response.status_code == 422
     assert field_paths(response) == missing_paths
@@ -145,10 +127,18 @@ async def test_subscription_naming_a_missing_object_is_refused_with_its_field_pa
 
 
 async def test_an_application_subscribes_to_an_api_once(mobile: httpx.AsyncClient) -> None:
-    await given_objects(mobile, api_doc("orders"), subscription_doc("first", "mobile", "orders"))
+    await given_objects(
+        mobile,
+        api("orders", project="shop"),
+        subscription("first", application="mobile", api="orders", plan="default", project="shop"),
+    )
 
-    again = await put(mobile, "subscriptions", subscription_doc("second", "mobile", "orders", plan="gold"))
-    same = await put(mobile, "subscriptions", subscription_doc("first", "mobile", "orders", plan="gold"))
+    again = await put(
+        mobile, "subscriptions", subscription("second", application="mobile", api="orders", plan="gold", project="shop")
+    )
+    same = await put(
+        mobile, "subscriptions", subscription("first", application="mobile", api="orders", plan="gold", project="shop")
+    )
 
     assert again.status_code == 409
     assert "first" in again.json()["detail"]
@@ -160,10 +150,17 @@ async def test_an_application_subscribes_to_an_api_once(mobile: httpx.AsyncClien
 async def test_of_concurrent_subscriptions_of_one_application_to_one_api_one_is_accepted(
     mobile: httpx.AsyncClient,
 ) -> None:
-    await given_objects(mobile, api_doc("orders"))
+    await given_objects(mobile, api("orders", project="shop"))
 
     responses = await asyncio.gather(
-        *(put(mobile, "subscriptions", subscription_doc(f"sub-{n}", "mobile", "orders")) for n in range(8))
+        *(
+            put(
+                mobile,
+                "subscriptions",
+                subscription(f"sub-{n}", application="mobile", api="orders", plan="default", project="shop"),
+            )
+            for n in range(8)
+        )
     )
 
     assert sorted(r.status_code for r in responses) == [201] + [409] * 7
@@ -172,9 +169,16 @@ async def test_of_concurrent_subscriptions_of_one_application_to_one_api_one_is_
 
 
 async def test_subscriptions_of_one_application_to_different_apis_are_accepted(mobile: httpx.AsyncClient) -> None:
-    await given_objects(mobile, api_doc("orders"), api_doc("billing"), subscription_doc("a", "mobile", "orders"))
+    await given_objects(
+        mobile,
+        api("orders", project="shop"),
+        api("billing", project="shop"),
+        subscription("a", application="mobile", api="orders", plan="default", project="shop"),
+    )
 
-    response = await put(mobile, "subscriptions", subscription_doc("b", "mobile", "billing"))
+    response = await put(
+        mobile, "subscriptions", subscription("b", application="mobile", api="billing", plan="default", project="shop")
+    )
 
     assert response.status_code == 201, response.text
 
@@ -198,9 +202,13 @@ async def test_subscriptions_of_one_application_to_different_apis_are_accepted(m
 async def test_policy_on_an_unknown_target_is_refused_with_its_field_path(
     client: httpx.AsyncClient, target: dict[str, Any], path: str
 ) -> None:
-    await given_objects(client, api_doc("orders", operations=[{"method": "GET", "path": "/items"}]))
+    await given_objects(client, api("orders", project="shop", operations=[{"method": "GET", "path": "/items"}]))
 
-    response = await put(client, "ratelimitpolicies", policy_doc(target))
+    response = await put(
+        client,
+        "ratelimitpolicies",
+        rate_limit_policy("limit", target=target, project="shop", requestsPerUnit=10, unit="minute"),
+    )
 
     assert response.status_code == 422
     assert field_paths(response) == {path}
@@ -219,9 +227,13 @@ async def test_policy_on_an_unknown_target_is_refused_with_its_field_path(
 async def test_policy_target_of_the_wrong_shape_is_refused_with_422(
     client: httpx.AsyncClient, target: dict[str, Any]
 ) -> None:
-    await given_objects(client, api_doc("orders", operations=[{"method": "GET", "path": "/items"}]))
+    await given_objects(client, api("orders", project="shop", operations=[{"method": "GET", "path": "/items"}]))
 
-    response = await put(client, "ratelimitpolicies", policy_doc(target))
+    response = await put(
+        client,
+        "ratelimitpolicies",
+        rate_limit_policy("limit", target=target, project="shop", requestsPerUnit=10, unit="minute"),
+    )
 
     assert response.status_code == 422
     assert all(path.startswith("spec.target") for path in field_paths(response))
@@ -237,9 +249,13 @@ async def test_policy_target_of_the_wrong_shape_is_refused_with_422(
     ],
 )
 async def test_policy_on_an_existing_target_is_accepted(client: httpx.AsyncClient, target: dict[str, Any]) -> None:
-    await given_objects(client, api_doc("orders", operations=[{"method": "GET", "path": "/items"}]))
+    await given_objects(client, api("orders", project="shop", operations=[{"method": "GET", "path": "/items"}]))
 
-    response = await put(client, "ratelimitpolicies", policy_doc(target))
+    response = await put(
+        client,
+        "ratelimitpolicies",
+        rate_limit_policy("limit", target=target, project="shop", requestsPerUnit=10, unit="minute"),
+    )
 
     assert response.status_code == 201, response.text
 
@@ -275,7 +291,7 @@ INLINE_JWKS = json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0", "kid": "x"}]}
 async def test_api_with_inconsistent_access_settings_is_refused_with_its_field_path(
     client: httpx.AsyncClient, spec: dict[str, Any], path: str
 ) -> None:
-    response = await put(client, "apis", api_doc("orders", **spec))
+    response = await put(client, "apis", api("orders", project="shop", **spec))
 
     assert response.status_code == 422
     assert field_paths(response) == {path}
@@ -283,7 +299,7 @@ async def test_api_with_inconsistent_access_settings_is_refused_with_its_field_p
 
 @pytest.mark.parametrize("header", ["x-meshplane-application", "X-Meshplane-Project", ":authority", "bad header"])
 async def test_identity_and_pseudo_headers_are_refused_as_key_header(client: httpx.AsyncClient, header: str) -> None:
-    response = await put(client, "apis", api_doc("orders", authentication={"apiKey": {"header": header}}))
+    response = await put(client, "apis", api("orders", project="shop", authentication={"apiKey": {"header": header}}))
 
     assert response.status_code == 422
     assert field_paths(response) == {"spec.authentication.apiKey.header"}
@@ -304,16 +320,16 @@ async def test_api_with_consistent_access_settings_is_accepted(client: httpx.Asy
         "rateLimit": {"requestsPerUnit": 100, "unit": "minute", "scope": "global"},
     }
 
-    response = await put(client, "apis", api_doc("orders", **spec))
+    response = await put(client, "apis", api("orders", project="shop", **spec))
 
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["authentication"]["jwt"]["header"] == "authorization"
 
 
 async def test_api_key_header_defaults_and_is_kept_lower_case(client: httpx.AsyncClient) -> None:
-    defaulted = await put(client, "apis", api_doc("orders", authentication={"apiKey": {}}))
+    defaulted = await put(client, "apis", api("orders", project="shop", authentication={"apiKey": {}}))
     named = await put(
-        client, "apis", api_doc("billing", authentication={"apiKey": {"header": "X-Key", "mode": "opaque"}})
+        client, "apis", api("billing", project="shop", authentication={"apiKey": {"header": "X-Key", "mode": "opaque"}})
     )
 
     assert defaulted.json()["spec"]["authentication"]["apiKey"]["header"] == "x-api-key"
@@ -336,9 +352,9 @@ async def test_api_key_header_defaults_and_is_kept_lower_case(client: httpx.Asyn
 async def test_an_api_whose_routes_meet_another_projects_api_is_refused_without_naming_it(
     client: httpx.AsyncClient, mine: dict[str, Any], theirs: dict[str, Any]
 ) -> None:
-    await given_objects(client, api_doc("orders", **theirs))
+    await given_objects(client, api("orders", project="shop", **theirs))
 
-    response = await put(client, "apis", api_doc("shadow", project="other", basePath="/orders", **mine))
+    response = await put(client, "apis", api("shadow", project="other", basePath="/orders", **mine))
 
     assert response.status_code == 409
     assert response.json()["detail"].startswith("an API of another project already answers ")
@@ -349,9 +365,9 @@ async def test_an_api_whose_routes_meet_another_projects_api_is_refused_without_
 async def test_an_api_whose_routes_meet_one_of_its_projects_apis_is_refused_naming_it(
     client: httpx.AsyncClient,
 ) -> None:
-    await given_objects(client, api_doc("orders"))
+    await given_objects(client, api("orders", project="shop"))
 
-    response = await put(client, "apis", api_doc("shadow", basePath="/orders"))
+    response = await put(client, "apis", api("shadow", project="shop", basePath="/orders"))
 
     assert response.status_code == 409
     assert response.json()["detail"].startswith("API shop/orders already answers ")
@@ -369,15 +385,15 @@ async def test_an_api_whose_routes_meet_one_of_its_projects_apis_is_refused_nami
 async def test_apis_on_disjoint_hosts_or_methods_share_a_base_path(
     client: httpx.AsyncClient, mine: dict[str, Any], theirs: dict[str, Any]
 ) -> None:
-    await given_objects(client, api_doc("orders", **theirs))
+    await given_objects(client, api("orders", project="shop", **theirs))
 
-    response = await put(client, "apis", api_doc("shadow", project="other", basePath="/orders", **mine))
+    response = await put(client, "apis", api("shadow", project="other", basePath="/orders", **mine))
 
     assert response.status_code == 201, response.text
 
 
 async def test_of_concurrent_apis_on_one_route_one_is_accepted(client: httpx.AsyncClient) -> None:
-    rivals = [api_doc(f"orders-{n}", project=("shop", "other")[n % 2], basePath="/orders") for n in range(8)]
+    rivals = [api(f"orders-{n}", project=("shop", "other")[n % 2], basePath="/orders") for n in range(8)]
 
     responses = await asyncio.gather(*(put(client, "apis", body) for body in rivals))
 
@@ -395,11 +411,11 @@ async def test_of_concurrent_apis_on_one_route_one_is_accepted(client: httpx.Asy
 
 
 async def test_a_write_refused_by_the_store_does_not_block_a_rival_on_its_route(client: httpx.AsyncClient) -> None:
-    stale = api_doc("stale", basePath="/orders")
+    stale = api("stale", project="shop", basePath="/orders")
     stale["metadata"]["resourceVersion"] = "7"
 
     refused, accepted = await asyncio.gather(
-        put(client, "apis", stale), put(client, "apis", api_doc("orders", project="other"))
+        put(client, "apis", stale), put(client, "apis", api("orders", project="other"))
     )
 
     assert refused.status_code in (404, 409), refused.text
@@ -416,7 +432,7 @@ async def test_a_write_overtaken_again_and_again_gives_up_with_409_and_stores_no
         raise Overtaken(kind, project, name, by=("API", "other", "rival"))
 
     monkeypatch.setattr(store, "put", always_overtaken)
-    response = await put(client, "apis", api_doc("orders"))
+    response = await put(client, "apis", api("orders", project="shop"))
 
     assert response.status_code == 409
     assert "kept changing" in response.json()["detail"]
@@ -426,17 +442,17 @@ async def test_a_write_overtaken_again_and_again_gives_up_with_409_and_stores_no
 
 
 async def test_apis_under_different_base_paths_are_accepted(client: httpx.AsyncClient) -> None:
-    await given_objects(client, api_doc("orders"))
+    await given_objects(client, api("orders", project="shop"))
 
-    response = await put(client, "apis", api_doc("ordering"))
+    response = await put(client, "apis", api("ordering", project="shop"))
 
     assert response.status_code == 201, response.text
 
 
 async def test_updating_an_api_onto_anothers_routes_is_refused_and_keeps_it(client: httpx.AsyncClient) -> None:
-    await given_objects(client, api_doc("orders"), api_doc("billing"))
+    await given_objects(client, api("orders", project="shop"), api("billing", project="shop"))
 
-    response = await put(client, "apis", api_doc("billing", basePath="/orders"))
+    response = await put(client, "apis", api("billing", project="shop", basePath="/orders"))
     patched = await client.patch(f"{SHOP}/apis/billing", json={"spec": {"basePath": "/orders"}})
 
     assert (response.status_code, patched.status_code) == (409, 409)
@@ -445,9 +461,9 @@ async def test_updating_an_api_onto_anothers_routes_is_refused_and_keeps_it(clie
 
 
 async def test_an_api_replaced_with_its_own_routes_does_not_clash_with_itself(client: httpx.AsyncClient) -> None:
-    await given_objects(client, api_doc("orders"))
+    await given_objects(client, api("orders", project="shop"))
 
-    response = await put(client, "apis", api_doc("orders", timeout="5s"))
+    response = await put(client, "apis", api("orders", project="shop", timeout="5s"))
 
     assert response.status_code == 200, response.text
 
@@ -462,7 +478,9 @@ READ_ONLY = ["/v1/keysets", KEY_SET]
 async def test_credential_records_refuse_every_write(client: httpx.AsyncClient, method: str, url: str) -> None:
     before = await key_set(client)
 
-    response = await client.request(method, url, json=doc("KeySet", "api-keys", {"issuer": "me", "keys": []}))
+    response = await client.request(
+        method, url, json=document("KeySet", "api-keys", spec={"issuer": "me", "keys": []}, project="shop")
+    )
 
     assert response.status_code == 405
     assert await key_set(client) == before
@@ -646,7 +664,7 @@ async def test_keys_of_an_unknown_application_answer_404(client: httpx.AsyncClie
 
 @pytest.mark.parametrize("action", ["revoke", "rotate"])
 async def test_an_unknown_key_or_another_applications_key_answers_404(mobile: httpx.AsyncClient, action: str) -> None:
-    await given_objects(mobile, doc("Application", "web", {}))
+    await given_objects(mobile, document("Application", "web", spec={}, project="shop"))
     foreign = await issue(mobile, url=f"{SHOP}/applications/web/keys")
 
     async def act(key_id: str) -> httpx.Response:
@@ -731,7 +749,7 @@ async def test_the_only_signing_key_cannot_be_retired(mobile: httpx.AsyncClient)
 
 
 async def test_deleting_an_application_deletes_its_key_records(mobile: httpx.AsyncClient, store: Store) -> None:
-    await given_objects(mobile, doc("Application", "web", {}))
+    await given_objects(mobile, document("Application", "web", spec={}, project="shop"))
     gone = [await issue(mobile), await issue(mobile, {"key": "an-opaque-key-from-elsewhere-0123"})]
     kept = await issue(mobile, url=f"{SHOP}/applications/web/keys")
 
@@ -786,7 +804,7 @@ async def test_a_key_is_not_stored_for_an_application_deleted_while_it_was_issue
     objects = ObjectService(store)
     credentials = Credentials(store, objects, signing)
     async with north_client(create_app(store), ["shop"]) as http:
-        await given_objects(http, doc("Application", "mobile", {}))
+        await given_objects(http, document("Application", "mobile", spec={}, project="shop"))
     read = objects.get
 
     async def read_then_lose(*args: Any) -> Any:

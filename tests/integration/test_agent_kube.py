@@ -4,56 +4,16 @@ API server refuses ends Failed with the API server's message in its per-cluster 
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
+from meshplane_testing.documents import api, unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import ORDERS_SERVICE, KubeAPIServer, cr_with_base_path, custom_resource
+from meshplane_testing.meshplane import run_agent, run_server
 
 MANAGED_BY = "meshplane.io/managed-by"
 DELIVERED_VERSION = "meshplane.io/delivered-version"
-
-
-def api(name: str, base_path: str) -> dict[str, Any]:
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": "default"},
-        "spec": {"basePath": base_path, "backends": [{"host": "orders.shop.svc", "port": 8080}]},
-    }
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def custom_resource(kube: KubeAPIServer, name: str) -> dict[str, Any] | None:
-    with kube.client() as client:
-        response = client.get(f"/apis/{API_VERSION}/namespaces/default/apis/{name}")
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    return response.json()
-
-
-def cr_with_base_path(kube: KubeAPIServer, name: str, base_path: str) -> Callable[[], dict[str, Any] | None]:
-    def check() -> dict[str, Any] | None:
-        cr = custom_resource(kube, name)
-        return cr if cr is not None and cr["spec"]["basePath"] == base_path else None
-
-    return check
 
 
 def test_a_delivered_api_becomes_a_cr_that_follows_changes_and_removal(
@@ -65,20 +25,26 @@ def test_a_delivered_api_becomes_a_cr_that_follows_changes_and_removal(
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
-        created = wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
+        created = eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
         assert created["metadata"]["labels"][MANAGED_BY] == "control-plane"
         assert created["spec"]["backends"][0]["host"] == "orders.shop.svc"
         first_version = created["metadata"]["annotations"][DELIVERED_VERSION]
         assert first_version
 
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders-v2")).raise_for_status()
-        updated = wait_until(cr_with_base_path(kube_apiserver, name, "/orders-v2"), "the CR to be updated")
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders-v2", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
+        updated = eventually(
+            cr_with_base_path(kube_apiserver, name, "/orders-v2"), timeout=20.0, what="the CR to be updated"
+        )
         assert updated["metadata"]["annotations"][DELIVERED_VERSION] != first_version
         assert updated["metadata"]["uid"] == created["metadata"]["uid"]
 
         rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()
-        wait_until(lambda: custom_resource(kube_apiserver, name) is None, "the CR to be deleted")
+        eventually(lambda: custom_resource(kube_apiserver, name) is None, timeout=20.0, what="the CR to be deleted")
 
 
 def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
@@ -87,16 +53,22 @@ def test_an_api_removed_while_the_agent_was_down_is_collected_when_it_starts(
     kept, removed = unique("kept"), unique("removed")
     with run_server(tmp_path) as server, server.http() as rest:
         for name in (kept, removed):
-            rest.put(f"/v1/projects/default/apis/{name}", json=api(name, f"/{name}")).raise_for_status()
+            rest.put(
+                f"/v1/projects/default/apis/{name}", json=api(name, basePath=f"/{name}", backends=[ORDERS_SERVICE])
+            ).raise_for_status()
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
             for name in (kept, removed):
-                wait_until(cr_with_base_path(kube_apiserver, name, f"/{name}"), f"CR {name}")
+                eventually(cr_with_base_path(kube_apiserver, name, f"/{name}"), timeout=20.0, what=f"CR {name}")
 
         rest.delete(f"/v1/projects/default/apis/{removed}").raise_for_status()
         assert custom_resource(kube_apiserver, removed) is not None
 
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
-            wait_until(lambda: custom_resource(kube_apiserver, removed) is None, "the removed API's CR to go")
+            eventually(
+                lambda: custom_resource(kube_apiserver, removed) is None,
+                timeout=20.0,
+                what="the removed API's CR to go",
+            )
             assert custom_resource(kube_apiserver, kept) is not None
         rest.delete(f"/v1/projects/default/apis/{kept}").raise_for_status()
 
@@ -113,13 +85,15 @@ def test_an_api_the_api_server_forbids_ends_failed_with_its_message(
         run_agent(tmp_path, "edge-1", server, kubeconfig=kubeconfig),
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
 
         def failed() -> dict[str, Any] | None:
             clusters = rest.get(f"/v1/projects/default/apis/{name}").json().get("status", {}).get("clusters", [])
             return next((c for c in clusters if c["cluster"] == "edge-1" and c["state"] == "Failed"), None)
 
-        entry = wait_until(failed, "the API's status to show Failed")
+        entry = eventually(failed, timeout=20.0, what="the API's status to show Failed")
         assert "forbidden" in entry["message"]
         assert "apis.meshplane.io" in entry["message"]
         assert custom_resource(kube_apiserver, name) is None

@@ -15,9 +15,10 @@ from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.desired import kubernetes_object
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import api, cr_with_base_path, custom_resource, unique, wait_until
+from meshplane_testing.documents import api, unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import ORDERS_SERVICE, KubeAPIServer, cr_with_base_path, custom_resource
+from meshplane_testing.meshplane import run_agent, run_server
 
 
 @contextlib.contextmanager
@@ -52,14 +53,14 @@ def racing(kube: KubeAPIServer, namespace: str, name: str, writers: int = 3) -> 
 
 async def test_the_agent_s_apply_wins_over_racing_updates_without_a_conflict(kube_apiserver: KubeAPIServer) -> None:
     name = unique("raced")
-    resource = REGISTRY.parse(api(name, "/agent"))
+    resource = REGISTRY.parse(api(name, basePath="/agent", backends=[ORDERS_SERVICE]))
     body = kubernetes_object(resource, "7")
     client = KubeClient.from_kubeconfig(kube_apiserver.kubeconfig)
     try:
         crs = await client.resource_type(API_VERSION, "API")
         await client.apply(crs, body)
         with racing(kube_apiserver, "default", name) as codes:
-            wait_until(lambda: codes[200] >= 3, "racing updates to land")
+            eventually(lambda: codes[200] >= 3, timeout=20.0, what="racing updates to land")
             for _ in range(40):
                 applied = await client.apply(crs, body)  # KubeUnavailable (409) would fail the test
                 assert applied["spec"]["basePath"] == "/agent"
@@ -80,17 +81,23 @@ def test_a_delivered_change_ends_up_in_a_cr_others_are_updating(tmp_path: Path, 
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig) as agent,
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
-        first = wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
+        first = eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
         with racing(kube_apiserver, "default", name) as codes:
-            wait_until(lambda: codes[200] >= 3, "racing updates to land")
-            rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders-v2")).raise_for_status()
-            wait_until(lambda: codes[200] >= 20, "more racing updates")
+            eventually(lambda: codes[200] >= 3, timeout=20.0, what="racing updates to land")
+            rest.put(
+                f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders-v2", backends=[ORDERS_SERVICE])
+            ).raise_for_status()
+            eventually(lambda: codes[200] >= 20, timeout=20.0, what="more racing updates")
         assert codes[409] > 0, codes
-        final = wait_until(cr_with_base_path(kube_apiserver, name, "/orders-v2"), "the delivered version in the CR")
+        final = eventually(
+            cr_with_base_path(kube_apiserver, name, "/orders-v2"), timeout=20.0, what="the delivered version in the CR"
+        )
         version = "meshplane.io/delivered-version"
         assert final["metadata"]["annotations"][version] != first["metadata"]["annotations"][version]
         log = agent.process.log()
         assert " 409 " not in log and "Conflict" not in log
         rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()
-        wait_until(lambda: custom_resource(kube_apiserver, name) is None, "the CR to be deleted")
+        eventually(lambda: custom_resource(kube_apiserver, name) is None, timeout=20.0, what="the CR to be deleted")

@@ -8,55 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from meshplane.model.resource import API_VERSION
-from tests.harness.envoy import EnvoyProcess, run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.kube import KubeAPIServer, KubeError
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
-from tests.integration.test_agent_kube import unique, wait_until
-
-
-def api_cr(project: str, name: str, port: int, weight: int = 100) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "API",
-        "metadata": {"name": name, "namespace": project},
-        "spec": {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": port, "weight": weight}]},
-    }
-
-
-def apis_path(project: str, name: str = "") -> str:
-    path = f"/apis/{API_VERSION}/namespaces/{project}/apis"
-    return f"{path}/{name}" if name else path
-
-
-def create(kube: KubeAPIServer, body: dict[str, Any]) -> None:
-    """As `kubectl create` does it: a POST to the collection."""
-    with kube.client() as client:
-        response = client.post(apis_path(body["metadata"]["namespace"]), json=body)
-    if response.status_code != 201:
-        raise KubeError(response)
-
-
-def delete(kube: KubeAPIServer, project: str, name: str) -> None:
-    with kube.client() as client:
-        response = client.delete(apis_path(project, name))
-    if response.status_code not in (200, 202):
-        raise KubeError(response)
-
-
-def accepted(kube: KubeAPIServer, project: str, name: str) -> dict[str, Any] | None:
-    """The CR's Accepted condition, once the agent has set it."""
-    with kube.client() as client:
-        cr = client.get(apis_path(project, name)).json()
-    conditions = (cr.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == "Accepted"), None)
+from meshplane_testing.documents import unique
+from meshplane_testing.envoy import EnvoyProcess, run_envoy
+from meshplane_testing.eventually import eventually
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create, delete
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 
 
 def served_count(envoy: EnvoyProcess, project: str, name: str) -> tuple[int, int]:
@@ -82,12 +44,16 @@ def test_a_local_api_is_served_with_the_control_plane_down_and_kept_across_resta
             ):
                 create(kube_apiserver, api_cr(project, name, port))
                 gateway.wait_for(f"/{name}/hello", from_upstream("orders"))
-                shown = wait_until(lambda: accepted(kube_apiserver, project, name), "the Accepted condition")
+                shown = eventually(
+                    lambda: accepted(kube_apiserver, project, name), timeout=20.0, what="the Accepted condition"
+                )
                 assert shown["status"] == "True"
 
                 # Valid for the API server's schema, not for the model: no backend takes any traffic.
                 create(kube_apiserver, api_cr(project, invalid, port, weight=0))
-                refused = wait_until(lambda: accepted(kube_apiserver, project, invalid), "the invalid API's condition")
+                refused = eventually(
+                    lambda: accepted(kube_apiserver, project, invalid), timeout=20.0, what="the invalid API's condition"
+                )
                 assert refused["status"] == "False"
                 assert "weight" in refused["message"]
                 assert gateway.request("GET", f"/{invalid}/hello").status_code == 404
@@ -145,7 +111,7 @@ def test_a_local_api_back_from_the_control_plane_is_served_once_and_follows_the_
                         for o in dump["objects"]
                     )
 
-                wait_until(held_back, "the control plane's copy back at the agent")
+                eventually(held_back, timeout=20.0, what="the control plane's copy back at the agent")
                 assert served_count(envoy, project, name) == (1, 1)
 
                 # An edit is served as the cluster has it, whatever copy the control plane holds meanwhile.
@@ -160,10 +126,13 @@ def test_a_local_api_back_from_the_control_plane_is_served_once_and_follows_the_
 
                 delete(kube_apiserver, project, name)
                 gateway.wait_for(f"/{name}-v2/hello", status(404))
-                wait_until(
+                eventually(
                     lambda: rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 404,
-                    "the API gone at the server",
+                    timeout=20.0,
+                    what="the API gone at the server",
                 )
-                wait_until(lambda: served_count(envoy, project, name) == (0, 0), "the API gone from Envoy")
+                eventually(
+                    lambda: served_count(envoy, project, name) == (0, 0), timeout=20.0, what="the API gone from Envoy"
+                )
             finally:
                 gateway.close()

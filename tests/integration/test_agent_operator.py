@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import api, cr_with_base_path, unique, wait_until
+from meshplane_testing.documents import api, unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import ORDERS_SERVICE, KubeAPIServer, cr_with_base_path
+from meshplane_testing.meshplane import run_agent, run_server
 
 
 def local_api(name: str, base_path: str) -> dict[str, Any]:
@@ -45,19 +46,21 @@ def test_an_api_made_with_kubectl_appears_in_the_control_plane_and_follows(
                 return obj if obj["spec"]["basePath"] == base_path else None
 
             kube_apiserver.kubectl("apply", "-f", "-", input=json.dumps(local_api(name, "/local")))
-            shown = wait_until(lambda: at_server("/local"), "the local API at the server")
+            shown = eventually(lambda: at_server("/local"), timeout=20.0, what="the local API at the server")
             assert shown["metadata"]["origin"] == "cluster/edge-1"
             assert shown["metadata"]["labels"] == {"team": "orders"}
 
             kube_apiserver.kubectl("apply", "-f", "-", input=json.dumps(local_api(name, "/local-v2")))
-            wait_until(lambda: at_server("/local-v2"), "the server's copy to follow the edit")
+            eventually(lambda: at_server("/local-v2"), timeout=20.0, what="the server's copy to follow the edit")
             # The cluster's own object is not taken over by the control plane.
             cr = kube_apiserver.kubectl("get", "apis.meshplane.io", name, "-n", "shop", "-o", "json")
             assert "meshplane.io/managed-by" not in (json.loads(cr)["metadata"].get("labels") or {})
 
             kube_apiserver.kubectl("delete", "apis.meshplane.io", name, "-n", "shop")
-            wait_until(
-                lambda: rest.get(f"/v1/projects/shop/apis/{name}").status_code == 404, "the API gone at the server"
+            eventually(
+                lambda: rest.get(f"/v1/projects/shop/apis/{name}").status_code == 404,
+                timeout=20.0,
+                what="the API gone at the server",
             )
 
 
@@ -68,8 +71,10 @@ def test_drift_on_a_managed_cr_is_reverted(tmp_path: Path, kube_apiserver: KubeA
         run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig),
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/default/apis/{name}", json=api(name, "/orders")).raise_for_status()
-        wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the CR")
+        rest.put(
+            f"/v1/projects/default/apis/{name}", json=api(name, basePath="/orders", backends=[ORDERS_SERVICE])
+        ).raise_for_status()
+        eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=20.0, what="the CR")
 
         with kube_apiserver.client() as client:
             client.patch(
@@ -78,5 +83,5 @@ def test_drift_on_a_managed_cr_is_reverted(tmp_path: Path, kube_apiserver: KubeA
                 json={"spec": {"basePath": "/hijacked"}},
             ).raise_for_status()
         # Reverted by the watch, well before the 30 s resync.
-        wait_until(cr_with_base_path(kube_apiserver, name, "/orders"), "the drift to be reverted", timeout=10)
+        eventually(cr_with_base_path(kube_apiserver, name, "/orders"), timeout=10, what="the drift to be reverted")
         rest.delete(f"/v1/projects/default/apis/{name}").raise_for_status()

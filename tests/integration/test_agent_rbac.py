@@ -14,11 +14,11 @@ import pytest
 from meshplane.agent.kube import KubeClient, KubeRefused
 from meshplane.agent.kube.client import ResourceType
 from meshplane.model.resource import API_VERSION
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import run_agent, run_server
-from tests.integration.test_agent_kube import unique, wait_until
-from tests.integration.test_agent_local_apis import accepted, api_cr, apis_path, create, delete
-from tests.integration.test_deploy_manifests import RESOURCES, documents
+from meshplane_testing.documents import unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create, delete
+from meshplane_testing.manifests import RESOURCES, documents
+from meshplane_testing.meshplane import run_agent, run_server
 
 ACCOUNT_NAMESPACE, ACCOUNT = "meshplane-system", "meshplane-agent"
 
@@ -76,7 +76,11 @@ def test_the_agent_does_its_work_as_its_service_account_without_a_403(
         ).raise_for_status()
         server.allow_publishing("edge-1", project)
         rest.put(f"/v1/projects/{project}/apis/{name}", json=delivered(name, project, "/orders")).raise_for_status()
-        wait_until(lambda: has_base_path(kube_apiserver, project, name, "/orders"), "the CR in its new namespace")
+        eventually(
+            lambda: has_base_path(kube_apiserver, project, name, "/orders"),
+            timeout=20.0,
+            what="the CR in its new namespace",
+        )
 
         with kube_apiserver.client() as client:  # drift, put back through the watch
             client.patch(
@@ -84,21 +88,35 @@ def test_the_agent_does_its_work_as_its_service_account_without_a_403(
                 headers={"Content-Type": "application/merge-patch+json"},
                 json={"spec": {"basePath": "/hijacked"}},
             ).raise_for_status()
-        wait_until(lambda: has_base_path(kube_apiserver, project, name, "/orders"), "the drift reverted", timeout=10)
+        eventually(
+            lambda: has_base_path(kube_apiserver, project, name, "/orders"), timeout=10, what="the drift reverted"
+        )
 
         create(kube_apiserver, api_cr(project, local, 8080))  # the operator: served, condition, reported
-        shown = wait_until(lambda: accepted(kube_apiserver, project, local), "the local API's condition")
+        shown = eventually(
+            lambda: accepted(kube_apiserver, project, local), timeout=20.0, what="the local API's condition"
+        )
         assert shown["status"] == "True"
-        wait_until(lambda: rest.get(f"/v1/projects/{project}/apis/{local}").status_code == 200, "the report")
+        eventually(
+            lambda: rest.get(f"/v1/projects/{project}/apis/{local}").status_code == 200, timeout=20.0, what="the report"
+        )
 
         service = {"metadata": {"name": "orders"}, "spec": {"ports": [{"name": "http", "port": 8080}]}}
         with kube_apiserver.client() as client:  # an event for the Services watch
             client.post(f"/api/v1/namespaces/{project}/services", json=service).raise_for_status()
 
         rest.delete(f"/v1/projects/{project}/apis/{name}").raise_for_status()  # garbage collection
-        wait_until(lambda: not has_base_path(kube_apiserver, project, name, "/orders"), "the CR to be collected")
+        eventually(
+            lambda: not has_base_path(kube_apiserver, project, name, "/orders"),
+            timeout=20.0,
+            what="the CR to be collected",
+        )
         delete(kube_apiserver, project, local)
-        wait_until(lambda: rest.get(f"/v1/projects/{project}/apis/{local}").status_code == 404, "the deletion")
+        eventually(
+            lambda: rest.get(f"/v1/projects/{project}/apis/{local}").status_code == 404,
+            timeout=20.0,
+            what="the deletion",
+        )
 
         log = agent.process.log()
     assert " 403 " not in log and "forbidden" not in log.lower(), "the agent was refused something"

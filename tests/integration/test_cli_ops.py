@@ -18,26 +18,18 @@ import pytest
 import yaml
 
 from meshplane.agent.bootstrap import envoy_bootstrap
-from tests.harness.envoy import run_envoy_config
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import free_port
-from tests.integration.test_cli import cli, meshplane
+from meshplane_testing.cli import cli, meshplane
+from meshplane_testing.documents import api
+from meshplane_testing.envoy import run_envoy_config
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
 
-def api(name: str, project: str = "default", *, operations: list[dict] | None = None, **spec: object) -> dict:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": "API",
-        "metadata": {"name": name, "project": project},
-        "spec": {
-            "basePath": f"/{name}",
-            "operations": operations if operations is not None else [{"method": "GET", "path": "/items"}],
-            "backends": [{"host": "127.0.0.1", "port": 9001}],
-            **spec,
-        },
-    }
+ITEMS = [{"method": "GET", "path": "/items"}]
+"""The one operation an API of these tests declares unless it says otherwise."""
 
 
 def apply(tmp_path: Path, server: ServerProcess, *docs: dict, args: tuple[str, ...] = ("--wait", "--timeout", "20")):
@@ -51,21 +43,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc
     """A server and one agent (cluster edge-1) with no gateway: the agent applies at once."""
     tmp = tmp_path_factory.mktemp("ops")
     with run_server(tmp) as server, run_agent(tmp, "edge-1", server) as agent:
-        wait_for(lambda: _cluster_connected(server, "edge-1"), "cluster edge-1 to connect")
+        eventually(lambda: _cluster_connected(server, "edge-1"), timeout=15.0, what="cluster edge-1 to connect")
         yield server, agent
 
 
 def _cluster_connected(server: ServerProcess, cluster: str) -> bool:
     response = httpx.get(f"{server.url}/v1/clusters/{cluster}", headers=server.headers, timeout=5)
     return response.status_code == 200 and bool(response.json().get("status", {}).get("connected"))
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def delivery(server: ServerProcess, name: str) -> list[dict]:
@@ -80,7 +64,7 @@ def test_apply_wait_exits_0_once_every_placed_cluster_applied_the_new_version(
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    first = apply(tmp_path, server, api("waited"))
+    first = apply(tmp_path, server, api("waited", operations=ITEMS))
     applied_first = delivery(server, "waited")
     changed = apply(tmp_path, server, api("waited", operations=[{"method": "POST", "path": "/items"}]))
     applied_changed = delivery(server, "waited")
@@ -98,10 +82,10 @@ def test_apply_wait_of_an_unchanged_object_returns_at_once(
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    assert apply(tmp_path, server, api("steady")).returncode == 0
+    assert apply(tmp_path, server, api("steady", operations=ITEMS)).returncode == 0
 
     started = time.monotonic()
-    again = apply(tmp_path, server, api("steady"))
+    again = apply(tmp_path, server, api("steady", operations=ITEMS))
 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "apis/steady -p default edge-1 Applied" in again.stdout
@@ -112,7 +96,7 @@ def test_apply_wait_completes_at_once_for_objects_placed_on_no_cluster(
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    nowhere = api("nowhere", placement={"clusterSelector": {"matchLabels": {"region": "mars"}}})
+    nowhere = api("nowhere", operations=ITEMS, placement={"clusterSelector": {"matchLabels": {"region": "mars"}}})
     project = {"apiVersion": "meshplane.io/v1alpha1", "kind": "Project", "metadata": {"name": "lonely"}, "spec": {}}
 
     result = apply(tmp_path, server, project, nowhere)
@@ -125,10 +109,10 @@ def test_apply_wait_completes_at_once_for_objects_placed_on_no_cluster(
 def test_apply_wait_times_out_with_exit_2_while_a_placed_cluster_is_offline(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
         with run_agent(tmp_path, "edge-off", server):
-            wait_for(lambda: _cluster_connected(server, "edge-off"), "cluster edge-off to connect")
+            eventually(lambda: _cluster_connected(server, "edge-off"), timeout=15.0, what="cluster edge-off to connect")
         # The agent is gone; the cluster stays registered and the object is placed on it.
 
-        result = apply(tmp_path, server, api("stuck"), args=("--wait", "--timeout", "2"))
+        result = apply(tmp_path, server, api("stuck", operations=ITEMS), args=("--wait", "--timeout", "2"))
 
     assert result.returncode == 2, result.stdout + result.stderr
     assert "apis/stuck -p default edge-off Pending" in result.stdout
@@ -144,7 +128,7 @@ def test_apply_wait_exits_1_with_envoys_message_when_the_gateway_rejects(tmp_pat
         }
         with run_envoy_config(tmp_path, "gw-strict", bootstrap) as envoy:
             envoy.wait_listener(agent.gateway_port)
-            good = apply(tmp_path, server, api("orders"))
+            good = apply(tmp_path, server, api("orders", operations=ITEMS))
             templated = [
                 {"method": "GET", "path": "/items"},
                 {"method": "GET", "path": "/items/{id}/parts/{part}/x/{y}"},
@@ -236,13 +220,13 @@ def test_get_watch_lists_then_streams_added_modified_and_deleted(
         "/v1/projects/watched", json={"kind": "Project", "metadata": {"name": "watched"}, "spec": {}}
     ).is_success
     base = "/v1/projects/watched/apis"
-    existing = rest.put(f"{base}/existing", json=api("existing", "watched")).json()
+    existing = rest.put(f"{base}/existing", json=api("existing", project="watched", operations=ITEMS)).json()
 
     watch = stream("get", "apis", "-w", "-p", "watched", server=server)
     listed = watch.next_matching(starts_with("ADDED apis/existing "))
-    created = rest.put(f"{base}/fresh", json=api("fresh", "watched")).json()
+    created = rest.put(f"{base}/fresh", json=api("fresh", project="watched", operations=ITEMS)).json()
     added = watch.next_matching(starts_with("ADDED apis/fresh "))
-    updated = rest.put(f"{base}/fresh", json=api("fresh", "watched", version="v2")).json()
+    updated = rest.put(f"{base}/fresh", json=api("fresh", project="watched", operations=ITEMS, version="v2")).json()
     # The watch sends each object's newest state: a status write right after the update may be what it shows.
     version = int(updated["metadata"]["resourceVersion"])
     modified = watch.next_matching(
@@ -270,8 +254,8 @@ def test_get_watch_of_one_name_prints_json_events(
 
     watch = stream("get", "api", "jsonwatched", "-w", "-o", "json", server=server)
     # Whether the create lands before the command lists or after, it reads as ADDED first.
-    rest.put("/v1/projects/default/apis/other-name", json=api("other-name"))
-    rest.put("/v1/projects/default/apis/jsonwatched", json=api("jsonwatched"))
+    rest.put("/v1/projects/default/apis/other-name", json=api("other-name", operations=ITEMS))
+    rest.put("/v1/projects/default/apis/jsonwatched", json=api("jsonwatched", operations=ITEMS))
     first = json.loads(watch.next_matching(lambda line: True))
     code = watch.interrupt()
     rest.close()
@@ -290,7 +274,7 @@ def test_diff_exits_0_and_prints_nothing_when_the_file_matches_the_server_defaul
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, _ = fleet
-    doc = api("same")
+    doc = api("same", operations=ITEMS)
     with server.http() as http:
         assert http.put("/v1/projects/default/apis/same", json=doc).is_success
     del doc["metadata"]["project"]  # -p default supplies it, as for apply
@@ -307,11 +291,11 @@ def test_diff_exits_1_with_a_unified_diff_of_spec_and_labels_and_marks_new_objec
 ) -> None:
     server, _ = fleet
     with server.http() as http:
-        assert http.put("/v1/projects/default/apis/drift", json=api("drift")).is_success
+        assert http.put("/v1/projects/default/apis/drift", json=api("drift", operations=ITEMS)).is_success
     changed = api("drift", operations=[{"method": "POST", "path": "/items"}])
     changed["metadata"]["labels"] = {"team": "checkout"}
     manifest = tmp_path / "drift.yaml"
-    manifest.write_text(yaml.safe_dump_all([changed, api("brand-new")]))
+    manifest.write_text(yaml.safe_dump_all([changed, api("brand-new", operations=ITEMS)]))
 
     result = meshplane("diff", "-f", str(manifest), server=server)
 
@@ -328,7 +312,7 @@ def test_diff_exits_1_with_a_unified_diff_of_spec_and_labels_and_marks_new_objec
 
 def test_diff_exits_2_on_an_invalid_document(fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path) -> None:
     server, _ = fleet
-    broken = api("broken")
+    broken = api("broken", operations=ITEMS)
     broken["spec"]["backends"] = []
     manifest = tmp_path / "broken.yaml"
     manifest.write_text(yaml.safe_dump(broken))
@@ -346,7 +330,7 @@ def test_config_dump_shows_the_gateway_listener_the_route_of_an_api_and_the_obje
     fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path
 ) -> None:
     server, agent = fleet
-    assert apply(tmp_path, server, api("dumped")).returncode == 0
+    assert apply(tmp_path, server, api("dumped", operations=ITEMS)).returncode == 0
     [entry] = delivery(server, "dumped")
 
     as_json = meshplane("agent", "config-dump", "--admin-address", agent.admin_address, server=None)
@@ -372,7 +356,7 @@ def test_config_dump_shows_the_gateway_listener_the_route_of_an_api_and_the_obje
 
 def test_agent_admin_serves_metrics_and_health(fleet: tuple[ServerProcess, AgentProcess], tmp_path: Path) -> None:
     server, agent = fleet
-    assert apply(tmp_path, server, api("counted")).returncode == 0
+    assert apply(tmp_path, server, api("counted", operations=ITEMS)).returncode == 0
 
     metrics = httpx.get(f"http://{agent.admin_address}/metrics", timeout=5)
     health = httpx.get(f"http://{agent.admin_address}/healthz", timeout=5)

@@ -11,28 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from meshplane.config import AgentSettings, ServerSettings
-from tests.harness.kube import FIELD_MANAGER, KubeAPIServer
+from meshplane_testing.kube import FIELD_MANAGER, KubeAPIServer
+from meshplane_testing.manifests import RESOURCES, documents
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DIRECTORIES = ("crds", "server", "agent")
 DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
 
-# kind -> (API path prefix of its group/version, plural, namespaced)
-RESOURCES: dict[str, tuple[str, str, bool]] = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Service": ("/api/v1", "services", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-}
 API_VERSIONS = {
     "Namespace": "v1",
     "ServiceAccount": "v1",
@@ -62,16 +48,6 @@ AGENT_PERMISSIONS: dict[tuple[str, str], set[str]] = {
     ("", "namespaces"): {"create"},
     ("", "services"): {"list", "watch"},
 }
-
-
-def documents(directory: str) -> list[tuple[str, dict[str, Any]]]:
-    """(file name, object) of every YAML document under deploy/<directory>."""
-    found = []
-    for path in sorted((DEPLOY / directory).glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                found.append((f"{directory}/{path.name}", doc))
-    return found
 
 
 def all_documents() -> list[tuple[str, dict[str, Any]]]:

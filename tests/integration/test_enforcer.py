@@ -19,9 +19,10 @@ from meshplane.proto.v1 import enforcer_pb2
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
-from tests.harness.meshplane import MESHPLANE
-from tests.harness.metrics import Scrape, scrape
-from tests.harness.process import Process, free_port, port_open, running
+from meshplane_testing.eventually import eventually_async
+from meshplane_testing.meshplane import MESHPLANE
+from meshplane_testing.metrics import Scrape, scrape
+from meshplane_testing.process import Process, free_port, port_open, running
 from tests.unit.enforcer.factories import api, application, by_type, check_request, key, subscription
 from tests.unit.xds.support import Recorder
 
@@ -80,13 +81,16 @@ class Enforcer:
 
     async def until(self, what: str, check: Callable[[], Awaitable[bool]]) -> None:
         """Poll `check` without blocking the test's own xDS server; fail with the enforcer's log."""
+
+        async def alive_and_true() -> bool:
+            held = await check()
+            assert held or self.process.alive(), f"the enforcer exited:\n{self.process.log()[-4000:]}"
+            return held
+
         try:
-            async with asyncio.timeout(PATIENCE):
-                while not await check():
-                    assert self.process.alive(), f"the enforcer exited:\n{self.process.log()[-4000:]}"
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
-            raise AssertionError(f"timed out waiting for {what}\n{self.process.log()[-4000:]}") from None
+            await eventually_async(alive_and_true, timeout=PATIENCE, what=what)
+        except TimeoutError as timed_out:
+            raise AssertionError(f"{timed_out}\n{self.process.log()[-4000:]}") from None
 
     def metrics(self) -> str:
         return scrape(self.metrics_port)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -14,8 +13,9 @@ import pytest
 import yaml
 
 from meshplane.client import load_documents
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.races import object_path, race_puts, rival_apis
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.races import object_path, race_puts, rival_apis
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
 MANIFEST = "type.googleapis.com/meshplane.v1.Manifest"
@@ -31,13 +31,6 @@ def apply(http: httpx.Client, *files: str) -> None:
 def manifests(http: httpx.Client, cluster: str) -> dict[str, dict]:
     items = http.get(f"/v1/clusters/{cluster}/resources").json()["items"]
     return {item["name"]: item for item in items if item["typeUrl"] == MANIFEST}
-
-
-def wait_until(check, seconds: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -86,17 +79,17 @@ def test_of_concurrent_claims_on_one_host_or_route_one_is_accepted(server: Serve
 def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: ServerProcess, tmp_path: Path) -> None:
     with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml")
-        wait_until(
+        eventually(
             lambda: "sa/cart" in json.dumps(manifests(http, "edge-1").get("shop/AuthorizationPolicy/orders-allow"))
         )
-        wait_until(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
+        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
         before = {c: manifests(http, c) for c in ("edge-1", "edge-2", "core-1")}
 
         # cart loses its access to orders: the rules for it go everywhere, and core-1 (ops) is untouched.
         intent = http.get("/v1/projects/shop/serviceintents/orders").json()
         intent["spec"]["clients"] = [c for c in intent["spec"]["clients"] if "service" not in c]
         assert http.put("/v1/projects/shop/serviceintents/orders", json=intent).status_code == 200
-        wait_until(
+        eventually(
             lambda: "sa/cart" not in json.dumps(manifests(http, "edge-1").get("shop/AuthorizationPolicy/orders-allow"))
         )
         after = {c: manifests(http, c) for c in ("edge-1", "edge-2", "core-1")}
@@ -109,7 +102,7 @@ def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: Serv
         # Deleting an intent removes what it rendered, everywhere.
         assert http.delete("/v1/projects/shop/egressintents/payments-provider").status_code == 200
         for cluster in ("edge-1", "edge-2"):
-            wait_until(lambda c=cluster: not any("payments-provider" in name for name in manifests(http, c)))
+            eventually(lambda c=cluster: not any("payments-provider" in name for name in manifests(http, c)))
 
         with run_agent(tmp_path, "edge-2", server) as agent:
 
@@ -117,14 +110,14 @@ def test_an_intent_change_reaches_exactly_the_clusters_that_need_it(server: Serv
                 dump = httpx.get(f"http://{agent.admin_address}/config_dump", timeout=5).json()
                 return {o["name"] for o in dump.get("objects", []) if o.get("typeUrl") == MANIFEST}
 
-            wait_until(lambda: held() == set(manifests(http, "edge-2")))
+            eventually(lambda: held() == set(manifests(http, "edge-2")))
 
 
 def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(server: ServerProcess) -> None:
     files = ["clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml"]
     with server.http() as http:
         apply(http, *files)
-        wait_until(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
+        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
         served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-2/resources", params={"output": "yaml"}).text))
 
     offline = subprocess.run(

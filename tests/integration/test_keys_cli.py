@@ -9,8 +9,8 @@ from pathlib import Path
 import jwt
 import pytest
 
-from tests.harness.meshplane import ServerProcess
-from tests.integration.test_cli import meshplane
+from meshplane_testing.cli import meshplane
+from meshplane_testing.meshplane import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ import pytest
 from meshplane.model.crds import crd_name, custom_resource_definitions
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import API_VERSION, InvalidObject
-from tests.harness.kube import KubeAPIServer
+from meshplane_testing.kube import KubeAPIServer
 
 STRICT = {"fieldValidation": "Strict"}
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"

@@ -19,9 +19,10 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import Pki
-from tests.harness.meshplane import MESHPLANE, ServerProcess, run_agent, run_server
-from tests.harness.process import free_port, running, wait_until
-from tests.harness.sync_probe import API_TYPE, SyncProbe
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port, running
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -77,8 +78,8 @@ def test_the_server_creates_its_ca_and_certificate_on_first_start(server: Server
 def test_an_agent_with_a_certificate_for_its_cluster_syncs(server: ServerProcess, tmp_path: Path) -> None:
     put_api(server, api_on("edge-1", "orders"))
     with run_agent(tmp_path, "edge-1", server) as agent:
-        wait_until(lambda: cluster_connected(server, "edge-1"), 20, "edge-1 to be connected")
-        wait_until(lambda: '"upserts": 1' in agent.process.log(), 20, "the agent to apply the API")
+        eventually(lambda: cluster_connected(server, "edge-1"), timeout=20, what="edge-1 to be connected")
+        eventually(lambda: '"upserts": 1' in agent.process.log(), timeout=20, what="the agent to apply the API")
     assert "PERMISSION_DENIED" not in agent.process.log()
 
 
@@ -157,7 +158,7 @@ def test_issue_agent_prints_the_flags_an_agent_starts_with(server: ServerProcess
     argv += ["--xds-address", f"127.0.0.1:{free_port()}", "--gateway-address", f"127.0.0.1:{free_port()}"]
     argv += ["--admin-address", f"127.0.0.1:{free_port()}"]
     with running(argv, tmp_path / "agent.log"):
-        wait_until(lambda: cluster_connected(server, "edge-3"), 20, "edge-3 to be connected")
+        eventually(lambda: cluster_connected(server, "edge-3"), timeout=20, what="edge-3 to be connected")
 
 
 def test_an_agent_without_a_certificate_refuses_to_start_and_says_how_to_get_one(tmp_path: Path) -> None:
@@ -187,5 +188,5 @@ async def test_an_insecure_server_warns_and_trusts_the_node_id(tmp_path: Path) -
 
 def test_an_insecure_agent_syncs_with_an_insecure_server(tmp_path: Path) -> None:
     with run_server(tmp_path, insecure=True) as insecure, run_agent(tmp_path, "edge-1", insecure) as agent:
-        wait_until(lambda: cluster_connected(insecure, "edge-1"), 20, "edge-1 to be connected")
+        eventually(lambda: cluster_connected(insecure, "edge-1"), timeout=20, what="edge-1 to be connected")
     assert "INSECURE" in agent.process.log()

@@ -11,7 +11,7 @@ import pytest
 from meshplane.config import ServerSettings
 from meshplane.lifecycle import ListenError
 from meshplane.server.main import run_server
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 
 
 async def test_a_taken_north_api_port_stops_the_server_with_a_clear_error(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from schemathesis.checks import CoverageScenario, coverage_scenario
 from schemathesis.config import SchemathesisConfig
 
 from meshplane.model.registry import REGISTRY
-from tests.harness.meshplane import ServerProcess, run_server
+from meshplane_testing.meshplane import ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(90)
 

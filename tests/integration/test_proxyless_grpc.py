@@ -11,29 +11,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.harness.envoy import EnvoyProcess, envoy_binary, run_envoy
-from tests.harness.grpc_echo import ECHO_METHOD, run_echo
-from tests.harness.meshplane import run_agent, run_server
-from tests.harness.process import wait_until
-from tests.harness.proxyless import REQUEST, CallResult, call_proxyless, call_until
+from meshplane_testing.documents import api, backend
+from meshplane_testing.envoy import EnvoyProcess, envoy_binary, run_envoy
+from meshplane_testing.eventually import eventually
+from meshplane_testing.grpc_echo import ECHO_METHOD, run_echo
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.north import blocking
+from meshplane_testing.proxyless import REQUEST, CallResult, call_proxyless, call_until
 
 TARGET = "xds:///echo.default"
-
-
-def echo_api(port: int) -> dict:
-    return {
-        "kind": "API",
-        "metadata": {"name": "echo", "project": "default"},
-        "spec": {"basePath": "/", "backends": [{"host": "127.0.0.1", "port": port, "protocol": "grpc"}]},
-    }
-
-
-def put(rest: httpx.Client, doc: dict) -> None:
-    response = rest.put("/v1/projects/default/apis/echo", json=doc)
-    assert response.status_code in (200, 201), response.text
 
 
 def assert_reached(result: CallResult, backend: str) -> None:
@@ -47,13 +35,13 @@ def test_proxyless_grpc_client_follows_the_api_to_its_backend(tmp_path: Path) ->
         run_echo("two") as port_two,
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
-        server.http() as rest,
+        blocking(server.client()) as north,
     ):
-        put(rest, echo_api(port_one))
+        north.put(api("echo", basePath="/", backends=[backend(port_one, protocol="grpc")]))
         first = call_proxyless(tmp_path, agent.xds_port, TARGET, ECHO_METHOD, "one:", name="client-1")
         assert_reached(first, "one")
 
-        put(rest, echo_api(port_two))
+        north.put(api("echo", basePath="/", backends=[backend(port_two, protocol="grpc")]))
         second = call_proxyless(tmp_path, agent.xds_port, TARGET, ECHO_METHOD, "two:", name="client-2")
         assert_reached(second, "two")
 
@@ -73,17 +61,19 @@ def test_envoy_gateway_skips_the_proxyless_resources_and_still_serves(tmp_path: 
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
-        server.http() as rest,
+        blocking(server.client()) as north,
     ):
         envoy.wait_listener(agent.gateway_port)
-        put(rest, echo_api(port_one))
+        north.put(api("echo", basePath="/", backends=[backend(port_one, protocol="grpc")]))
         assert_reached(call_proxyless(tmp_path, agent.xds_port, TARGET, ECHO_METHOD, "one:", name="client"), "one")
 
         reached, last = call_until(f"127.0.0.1:{agent.gateway_port}", ECHO_METHOD, "one:", 15.0)
         assert reached, f"through the gateway: {last}\n{envoy.log()[-3000:]}"
         # The listener set with the API listener in it arrived (a second LDS update) and was taken, not refused.
-        wait_until(
-            lambda: envoy_counters(envoy, "lds.update_success")["listener_manager.lds.update_success"] >= 2, 10, "LDS"
+        eventually(
+            lambda: envoy_counters(envoy, "lds.update_success")["listener_manager.lds.update_success"] >= 2,
+            timeout=10,
+            what="LDS",
         )
         assert set(envoy_counters(envoy, "update_rejected").values()) == {0}
         listeners = envoy.config_dump()["configs"]

@@ -21,10 +21,10 @@ from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import pack
 from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
-from tests.harness.meshplane import MESHPLANE
-from tests.harness.metrics import Scrape, scrape
-from tests.harness.process import Process, free_port, port_open, running
-from tests.harness.redis import RedisServer
+from meshplane_testing.meshplane import MESHPLANE
+from meshplane_testing.metrics import Scrape, scrape
+from meshplane_testing.process import Process, free_port, port_open, running
+from meshplane_testing.redis import RedisServer
 from tests.unit.ratelimiter.support import OK, OVER_LIMIT, config, node, policy, request
 
 GROUP = "ratelimiters"

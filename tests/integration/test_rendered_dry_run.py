@@ -9,7 +9,7 @@ import yaml
 
 from meshplane.client import load_documents
 from meshplane.server.render.offline import project_documents
-from tests.harness.kube import KubeAPIServer
+from meshplane_testing.kube import KubeAPIServer
 from tests.unit.render.istio_schema import crd_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"

@@ -15,22 +15,13 @@ from hypothesis import strategies as st
 from meshplane.model.registry import REGISTRY
 from meshplane.server.app import create_app
 from meshplane.store.store import Store
-from tests.harness.north import north_client
+from meshplane_testing.documents import api
+from meshplane_testing.north import north_client
 
 pytestmark = pytest.mark.timeout(60)
 
 PROBLEM_JSON = "application/problem+json"
 APIS = "/v1/projects/shop/apis"
-
-
-def api_doc(name: str = "orders", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """An API in project `shop`, as a user writes it; spec keys in wire form override the defaults."""
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": "API",
-        "metadata": {"name": name, "project": "shop", "labels": labels or {}},
-        "spec": {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": 9001}], **spec},
-    }
 
 
 def with_metadata(doc: dict[str, Any], **fields: Any) -> dict[str, Any]:
@@ -52,7 +43,7 @@ async def client(store: Store) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def test_post_creates_an_object_with_server_owned_metadata(client: httpx.AsyncClient) -> None:
-    response = await client.post(APIS, json=api_doc())
+    response = await client.post(APIS, json=api("orders", project="shop"))
 
     assert response.status_code == 201
     meta = response.json()["metadata"]
@@ -62,9 +53,9 @@ async def test_post_creates_an_object_with_server_owned_metadata(client: httpx.A
 
 
 async def test_post_of_an_existing_object_is_refused_with_409(client: httpx.AsyncClient) -> None:
-    await client.post(APIS, json=api_doc())
+    await client.post(APIS, json=api("orders", project="shop"))
 
-    response = await client.post(APIS, json=api_doc(basePath="/other"))
+    response = await client.post(APIS, json=api("orders", project="shop", basePath="/other"))
 
     assert response.status_code == 409
     assert response.headers["content-type"] == PROBLEM_JSON
@@ -72,8 +63,8 @@ async def test_post_of_an_existing_object_is_refused_with_409(client: httpx.Asyn
 
 
 async def test_put_creates_with_201_then_replaces_with_200(client: httpx.AsyncClient) -> None:
-    created = await client.put(f"{APIS}/orders", json=api_doc())
-    replaced = await client.put(f"{APIS}/orders", json=api_doc(basePath="/v2/orders"))
+    created = await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
+    replaced = await client.put(f"{APIS}/orders", json=api("orders", project="shop", basePath="/v2/orders"))
 
     assert (created.status_code, replaced.status_code) == (201, 200)
     assert replaced.json()["spec"]["basePath"] == "/v2/orders"
@@ -82,9 +73,9 @@ async def test_put_creates_with_201_then_replaces_with_200(client: httpx.AsyncCl
 
 
 async def test_put_of_an_identical_object_keeps_its_resource_version(client: httpx.AsyncClient) -> None:
-    first = await client.put(f"{APIS}/orders", json=api_doc())
+    first = await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
-    again = await client.put(f"{APIS}/orders", json=api_doc())
+    again = await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
     assert again.status_code == 200
     assert again.json()["metadata"]["resourceVersion"] == first.json()["metadata"]["resourceVersion"]
@@ -92,7 +83,7 @@ async def test_put_of_an_identical_object_keeps_its_resource_version(client: htt
 
 
 async def test_get_returns_the_object_with_its_resource_version_as_etag(client: httpx.AsyncClient) -> None:
-    put = await client.put(f"{APIS}/orders", json=api_doc(labels={"team": "checkout"}))
+    put = await client.put(f"{APIS}/orders", json=api("orders", labels={"team": "checkout"}, project="shop"))
 
     response = await client.get(f"{APIS}/orders")
 
@@ -102,7 +93,7 @@ async def test_get_returns_the_object_with_its_resource_version_as_etag(client: 
 
 
 async def test_merge_patch_adds_a_label_and_changes_a_backend_port(client: httpx.AsyncClient) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc(labels={"team": "checkout"}))
+    await client.put(f"{APIS}/orders", json=api("orders", labels={"team": "checkout"}, project="shop"))
     patch = {"metadata": {"labels": {"tier": "gold"}}, "spec": {"backends": [{"host": "127.0.0.1", "port": 9002}]}}
 
     response = await client.patch(f"{APIS}/orders", json=patch)
@@ -115,7 +106,7 @@ async def test_merge_patch_adds_a_label_and_changes_a_backend_port(client: httpx
 
 
 async def test_merge_patch_null_removes_a_label(client: httpx.AsyncClient) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc(labels={"team": "checkout", "tier": "gold"}))
+    await client.put(f"{APIS}/orders", json=api("orders", labels={"team": "checkout", "tier": "gold"}, project="shop"))
 
     response = await client.patch(f"{APIS}/orders", json={"metadata": {"labels": {"tier": None}}})
 
@@ -126,7 +117,7 @@ async def test_merge_patch_null_removes_a_label(client: httpx.AsyncClient) -> No
 async def test_merge_patch_that_breaks_metadata_is_refused_with_422(
     client: httpx.AsyncClient, patch: dict[str, Any]
 ) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc())
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
     response = await client.patch(f"{APIS}/orders", json=patch)
 
@@ -136,7 +127,7 @@ async def test_merge_patch_that_breaks_metadata_is_refused_with_422(
 
 
 async def test_delete_removes_the_object_so_get_answers_404(client: httpx.AsyncClient) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc())
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
     deleted = await client.delete(f"{APIS}/orders")
     response = await client.get(f"{APIS}/orders")
@@ -152,15 +143,19 @@ async def test_delete_removes_the_object_so_get_answers_404(client: httpx.AsyncC
 
 async def _stale_and_current(client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
     """An API changed once after it was read: the resourceVersion first read, and the current object."""
-    stale = (await client.put(f"{APIS}/orders", json=api_doc())).json()["metadata"]["resourceVersion"]
-    current = (await client.put(f"{APIS}/orders", json=api_doc(basePath="/v2"))).json()
+    stale = (await client.put(f"{APIS}/orders", json=api("orders", project="shop"))).json()["metadata"][
+        "resourceVersion"
+    ]
+    current = (await client.put(f"{APIS}/orders", json=api("orders", project="shop", basePath="/v2"))).json()
     return stale, current
 
 
 async def test_put_with_a_stale_resource_version_is_refused_with_409(client: httpx.AsyncClient) -> None:
     stale, current = await _stale_and_current(client)
 
-    response = await client.put(f"{APIS}/orders", json=with_metadata(api_doc(basePath="/v3"), resourceVersion=stale))
+    response = await client.put(
+        f"{APIS}/orders", json=with_metadata(api("orders", project="shop", basePath="/v3"), resourceVersion=stale)
+    )
 
     assert response.status_code == 409
     assert response.headers["content-type"] == PROBLEM_JSON
@@ -170,7 +165,9 @@ async def test_put_with_a_stale_resource_version_is_refused_with_409(client: htt
 async def test_put_with_a_stale_if_match_is_refused_with_409(client: httpx.AsyncClient) -> None:
     stale, current = await _stale_and_current(client)
 
-    response = await client.put(f"{APIS}/orders", json=api_doc(basePath="/v3"), headers={"If-Match": f'"{stale}"'})
+    response = await client.put(
+        f"{APIS}/orders", json=api("orders", project="shop", basePath="/v3"), headers={"If-Match": f'"{stale}"'}
+    )
 
     assert response.status_code == 409
     assert (await client.get(f"{APIS}/orders")).json() == current
@@ -180,7 +177,9 @@ async def test_put_with_the_current_if_match_is_accepted(client: httpx.AsyncClie
     _, current = await _stale_and_current(client)
     etag = f'W/"{current["metadata"]["resourceVersion"]}"'
 
-    response = await client.put(f"{APIS}/orders", json=api_doc(basePath="/v3"), headers={"If-Match": etag})
+    response = await client.put(
+        f"{APIS}/orders", json=api("orders", project="shop", basePath="/v3"), headers={"If-Match": etag}
+    )
 
     assert response.status_code == 200
     assert response.json()["spec"]["basePath"] == "/v3"
@@ -203,7 +202,9 @@ async def test_patch_with_a_stale_version_is_refused_with_409(client: httpx.Asyn
 async def test_resource_version_zero_is_a_version_not_an_absent_one(client: httpx.AsyncClient) -> None:
     _, current = await _stale_and_current(client)
 
-    by_header = await client.put(f"{APIS}/orders", json=api_doc(basePath="/v3"), headers={"If-Match": '"0"'})
+    by_header = await client.put(
+        f"{APIS}/orders", json=api("orders", project="shop", basePath="/v3"), headers={"If-Match": '"0"'}
+    )
     by_patch = await client.patch(
         f"{APIS}/orders", json={"metadata": {"resourceVersion": "0"}, "spec": {"version": "x"}}
     )
@@ -227,17 +228,25 @@ async def test_delete_with_a_stale_if_match_is_refused_with_409(client: httpx.As
 @pytest.mark.parametrize(
     ("url_name", "doc", "path"),
     [
-        ("orders", api_doc(backends=[{"host": "127.0.0.1", "port": 70000}]), "spec.backends[0].port"),
-        ("Orders", api_doc("Orders"), "metadata.name"),
-        ("orders", api_doc(bogus=True), "spec.bogus"),
-        ("orders", {**api_doc(), "spec": {"backends": [{"host": "h", "port": 80}]}}, "spec.basePath"),
-        ("orders", {**api_doc(), "kind": "Project"}, "kind"),
-        ("orders", {**api_doc(), "kind": "Bogus"}, "kind"),
-        ("orders", api_doc("payments"), "metadata.name"),
-        ("orders", with_metadata(api_doc(), project="other"), "metadata.project"),
-        ("orders", api_doc(backends=[{"host": "h", "port": 80, "weight": 0}]), "spec.backends"),
-        ("orders", api_doc(operations=[{"method": "GET", "path": "/a"}] * 2), "spec.operations"),
-        ("orders", with_metadata(api_doc(), resourceVersion="latest"), "metadata.resourceVersion"),
+        (
+            "orders",
+            api("orders", project="shop", backends=[{"host": "127.0.0.1", "port": 70000}]),
+            "spec.backends[0].port",
+        ),
+        ("Orders", api("Orders", project="shop"), "metadata.name"),
+        ("orders", api("orders", project="shop", bogus=True), "spec.bogus"),
+        (
+            "orders",
+            {**api("orders", project="shop"), "spec": {"backends": [{"host": "h", "port": 80}]}},
+            "spec.basePath",
+        ),
+        ("orders", {**api("orders", project="shop"), "kind": "Project"}, "kind"),
+        ("orders", {**api("orders", project="shop"), "kind": "Bogus"}, "kind"),
+        ("orders", api("payments", project="shop"), "metadata.name"),
+        ("orders", with_metadata(api("orders", project="shop"), project="other"), "metadata.project"),
+        ("orders", api("orders", project="shop", backends=[{"host": "h", "port": 80, "weight": 0}]), "spec.backends"),
+        ("orders", api("orders", project="shop", operations=[{"method": "GET", "path": "/a"}] * 2), "spec.operations"),
+        ("orders", with_metadata(api("orders", project="shop"), resourceVersion="latest"), "metadata.resourceVersion"),
     ],
     ids=[
         "port-out-of-range",
@@ -283,7 +292,7 @@ async def test_body_that_is_not_json_is_refused_with_400(client: httpx.AsyncClie
     ],
 )
 async def test_unknown_project_answers_404(client: httpx.AsyncClient, method: str, url: str) -> None:
-    doc = {**api_doc(), "metadata": {"name": "orders", "project": "nope"}}
+    doc = {**api("orders", project="shop"), "metadata": {"name": "orders", "project": "nope"}}
 
     response = await client.request(method, url, json=doc if method == "PUT" else None)
 
@@ -297,7 +306,11 @@ async def test_unknown_project_answers_404(client: httpx.AsyncClient, method: st
     [
         ("PUT", "/v1/projects/nope/apis/orders", {"kind": "API", "metadata": {"name": "orders"}, "spec": {}}),
         ("POST", "/v1/projects/nope/apis", {"kind": "API", "metadata": {"name": "orders"}, "spec": {"basePath": 3}}),
-        ("PUT", "/v1/projects/nope/apis/orders", {**api_doc(), "metadata": {"name": "other", "project": "shop"}}),
+        (
+            "PUT",
+            "/v1/projects/nope/apis/orders",
+            {**api("orders", project="shop"), "metadata": {"name": "other", "project": "shop"}},
+        ),
         (
             "PUT",
             "/v1/projects/nope/subscriptions/s",
@@ -332,7 +345,7 @@ async def test_unknown_plural_answers_404_problem(client: httpx.AsyncClient, url
 
 
 async def test_deleting_a_project_that_still_holds_apis_is_refused_with_409(client: httpx.AsyncClient) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc())
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
     response = await client.delete("/v1/projects/shop")
 
@@ -348,7 +361,7 @@ async def test_deleting_a_project_refuses_an_object_that_landed_in_it_after_the_
 
     async def rival_lands_first(kind: str, project: str, name: str, **kwargs: Any) -> Any:
         monkeypatch.setattr(store, "delete", real_delete)
-        await store.put("API", "shop", "late", spec=api_doc("late")["spec"], within=("Project", "", "shop"))
+        await store.put("API", "shop", "late", spec=api("late", project="shop")["spec"], within=("Project", "", "shop"))
         return await real_delete(kind, project, name, **kwargs)
 
     monkeypatch.setattr(store, "delete", rival_lands_first)
@@ -361,7 +374,7 @@ async def test_deleting_a_project_refuses_an_object_that_landed_in_it_after_the_
 
 
 async def test_deleting_an_empty_project_succeeds(client: httpx.AsyncClient) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc())
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
     await client.delete(f"{APIS}/orders")
 
     response = await client.delete("/v1/projects/shop")
@@ -422,7 +435,7 @@ async def test_arbitrary_json_put_never_causes_a_server_error(client: httpx.Asyn
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(patch=near_api_docs | json_values)
 async def test_arbitrary_json_merge_patch_never_causes_a_server_error(client: httpx.AsyncClient, patch: Any) -> None:
-    await client.put(f"{APIS}/orders", json=api_doc())
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
 
     response = await client.patch(
         f"{APIS}/orders", content=json.dumps(patch), headers={"content-type": "application/merge-patch+json"}
@@ -438,7 +451,7 @@ async def test_arbitrary_json_merge_patch_never_causes_a_server_error(client: ht
 async def labelled_apis(client: httpx.AsyncClient) -> None:
     """a: team=a, b: team=b, c: team=checkout, d: no team."""
     for name, labels in [("a", {"team": "a"}), ("b", {"team": "b"}), ("c", {"team": "checkout"}), ("d", {})]:
-        assert (await client.put(f"{APIS}/{name}", json=api_doc(name, labels=labels))).status_code == 201
+        assert (await client.put(f"{APIS}/{name}", json=api(name, labels=labels, project="shop"))).status_code == 201
 
 
 @pytest.mark.usefixtures("labelled_apis")
@@ -475,7 +488,7 @@ async def test_list_with_a_bad_label_selector_is_refused_with_400(client: httpx.
 async def test_list_pages_cover_every_item_exactly_once(client: httpx.AsyncClient) -> None:
     names = [f"api-{i:02d}" for i in range(7)]
     for name in names:
-        await client.put(f"{APIS}/{name}", json=api_doc(name))
+        await client.put(f"{APIS}/{name}", json=api(name, project="shop"))
     seen: list[str] = []
     params: dict[str, Any] = {"limit": 3}
 
@@ -492,7 +505,9 @@ async def test_list_pages_cover_every_item_exactly_once(client: httpx.AsyncClien
 
 async def test_list_pages_combine_with_a_label_selector(client: httpx.AsyncClient) -> None:
     for i in range(6):
-        await client.put(f"{APIS}/api-{i}", json=api_doc(f"api-{i}", labels={"even": str(i % 2 == 0).lower()}))
+        await client.put(
+            f"{APIS}/api-{i}", json=api(f"api-{i}", labels={"even": str(i % 2 == 0).lower()}, project="shop")
+        )
 
     first = (await client.get(APIS, params={"labelSelector": "even=true", "limit": 2})).json()
     rest = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.meshplane import ServerProcess
 
 
 def api(base_path: str) -> dict:

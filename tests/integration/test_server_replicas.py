@@ -7,8 +7,8 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.races import race_puts, rival_apis
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.races import race_puts, rival_apis
 
 
 def put_api(server: ServerProcess, name: str, cluster: str, port: int = 9001) -> None:

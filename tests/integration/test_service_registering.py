@@ -11,10 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import AgentProcess, run_agent, run_server
-from tests.integration.test_agent_kube import unique, wait_until
-from tests.integration.test_cli import meshplane
+from meshplane_testing.cli import meshplane
+from meshplane_testing.documents import unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,7 +66,9 @@ def test_services_appear_follow_their_changes_and_go(tmp_path: Path, kube_apiser
         ):
             ports = [{"name": "http", "port": 8080, "targetPort": 9000}, {"name": "grpc", "port": 9090}]
             created = put_service(kube_apiserver, service(shop, "orders", ports, app="orders", tier="backend"))
-            shown = wait_until(lambda: endpoint(rest, shop, shop, "orders"), "the service's endpoint")
+            shown = eventually(
+                lambda: endpoint(rest, shop, shop, "orders"), timeout=20.0, what="the service's endpoint"
+            )
             assert shown["metadata"]["origin"] == "cluster/edge-1"
             assert shown["metadata"]["labels"] == {"app": "orders", "tier": "backend", "meshplane.io/cluster": "edge-1"}
             assert shown["spec"] == {
@@ -88,26 +91,37 @@ def test_services_appear_follow_their_changes_and_go(tmp_path: Path, kube_apiser
             assert [item["metadata"]["name"] for item in json.loads(listed.stdout)] == [name]
 
             put_service(kube_apiserver, service(shop, "orders", ports[:1], app="orders", tier="frontend"))
-            wait_until(
+            eventually(
                 lambda: (
                     (e := endpoint(rest, shop, shop, "orders")) is not None
                     and len(e["spec"]["ports"]) == 1
                     and e["metadata"]["labels"]["tier"] == "frontend"
                 ),
-                "the endpoint to follow the change",
+                timeout=20.0,
+                what="the endpoint to follow the change",
             )
 
             # A namespace no project is named after lands in `default`, and moves while such a project exists.
             put_service(kube_apiserver, service(loose, "db", [{"port": 5432}]))
-            wait_until(lambda: endpoint(rest, "default", loose, "db"), "the loose service in project default")
+            eventually(
+                lambda: endpoint(rest, "default", loose, "db"),
+                timeout=20.0,
+                what="the loose service in project default",
+            )
             add_project(rest, loose)
-            wait_until(lambda: endpoint(rest, loose, loose, "db"), "the loose service in its own project")
+            eventually(
+                lambda: endpoint(rest, loose, loose, "db"), timeout=20.0, what="the loose service in its own project"
+            )
             assert endpoint(rest, "default", loose, "db") is None
             rest.delete(f"/v1/projects/{loose}").raise_for_status()  # its endpoints do not hold it back
-            wait_until(lambda: endpoint(rest, "default", loose, "db"), "the loose service back in project default")
+            eventually(
+                lambda: endpoint(rest, "default", loose, "db"),
+                timeout=20.0,
+                what="the loose service back in project default",
+            )
 
             delete_service(kube_apiserver, shop, "orders")
-            wait_until(lambda: endpoint(rest, shop, shop, "orders") is None, "the endpoint to go")
+            eventually(lambda: endpoint(rest, shop, shop, "orders") is None, timeout=20.0, what="the endpoint to go")
 
 
 def test_services_deleted_while_the_agent_was_down_go_once_it_is_back(
@@ -120,16 +134,17 @@ def test_services_deleted_while_the_agent_was_down_go_once_it_is_back(
     with run_server(tmp_path) as server, server.http() as rest:
         add_project(rest, namespace)
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
-            wait_until(lambda: len(endpoints(rest, namespace)) == 2, "both endpoints")
+            eventually(lambda: len(endpoints(rest, namespace)) == 2, timeout=20.0, what="both endpoints")
 
         delete_service(kube_apiserver, namespace, "dropped")
         put_service(kube_apiserver, service(namespace, "added", [{"port": 80}]))
         assert sorted(endpoints(rest, namespace)) == [f"{namespace}/dropped", f"{namespace}/kept"]
 
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig):
-            wait_until(
+            eventually(
                 lambda: sorted(endpoints(rest, namespace)) == [f"{namespace}/added", f"{namespace}/kept"],
-                "the catalog to match the cluster again",
+                timeout=20.0,
+                what="the catalog to match the cluster again",
             )
 
 
@@ -172,7 +187,7 @@ def test_an_api_backend_naming_a_service_goes_to_its_cluster_ip(tmp_path: Path, 
             both = any(name.startswith(f"default/{absent} ") for name in names)
             return config if both and f"api.default.{present}.0" in config["ClusterLoadAssignment"] else None
 
-        config = wait_until(served, "both APIs, one at the service's address")
+        config = eventually(served, timeout=20.0, what="both APIs, one at the service's address")
         cluster = config["Cluster"][f"api.default.{present}.0"]
         assert cluster["type"] == "EDS"
         [endpoint] = config["ClusterLoadAssignment"][f"api.default.{present}.0"]["endpoints"][0]["lb_endpoints"]
@@ -189,7 +204,8 @@ def test_an_api_backend_naming_a_service_goes_to_its_cluster_ip(tmp_path: Path, 
 
         # The service appearing later is picked up without touching the API.
         put_service(kube_apiserver, service(namespace, "missing", [{"port": 8080}]))
-        wait_until(
+        eventually(
             lambda: f"api.default.{absent}.0" in gateway_config(agent)["ClusterLoadAssignment"],
-            "the late service to be served",
+            timeout=20.0,
+            what="the late service to be served",
         )

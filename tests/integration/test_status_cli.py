@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from tests.harness.meshplane import run_agent, run_server
-from tests.integration.test_cli import meshplane
+from meshplane_testing.cli import meshplane
+from meshplane_testing.meshplane import run_agent, run_server
 
 
 def test_status_shows_clusters_and_an_objects_delivery(tmp_path: Path) -> None:

@@ -4,39 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
-from tests.harness.meshplane import run_server
-from tests.harness.sync_probe import API_TYPE, SyncProbe
-
-
-def api(name: str, port: int = 9001, cluster: str | None = None) -> dict:
-    spec: dict = {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": port}]}
-    if cluster:
-        spec["placement"] = {"clusters": [cluster]}
-    return {"kind": "API", "metadata": {"name": name, "project": "default"}, "spec": spec}
-
-
-async def put(http: httpx.AsyncClient, doc: dict) -> None:
-    response = await http.put(f"/v1/projects/default/apis/{doc['metadata']['name']}", json=doc)
-    assert response.status_code in (200, 201), response.text
+from meshplane_testing.documents import api, backend
+from meshplane_testing.meshplane import run_server
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 
 async def test_reconnecting_agent_receives_only_what_changed_and_the_names_removed(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
+        async with server.client() as north:
             for name in ("alpha", "bravo", "charlie"):
-                await put(http, api(name))
-            await put(http, api("elsewhere", cluster="edge-2"))
+                await north.put(api(name))
+            await north.put(api("elsewhere", placement={"clusters": ["edge-2"]}))
             probe = SyncProbe(server.grpc_address, "edge-1", credentials=server.agent_credentials("edge-1"))
             await probe.register()
             await probe.sync_until(lambda p: p.names() == {"default/alpha", "default/bravo", "default/charlie"})
             before = dict(probe.held[API_TYPE])
 
             # While the agent is away: one change, one deletion, one addition.
-            await put(http, api("bravo", port=9002))
-            assert (await http.delete("/v1/projects/default/apis/charlie")).status_code == 200
-            await put(http, api("delta"))
+            await north.put(api("bravo", backends=[backend(9002)]))
+            assert (await north.http.delete("/v1/projects/default/apis/charlie")).status_code == 200
+            await north.put(api("delta"))
 
             probe.updates.clear()
             expected = {"default/alpha", "default/bravo", "default/delta"}
@@ -55,9 +42,9 @@ async def test_reconnecting_agent_receives_only_what_changed_and_the_names_remov
 
 async def test_an_agent_receives_only_objects_placed_on_its_cluster(tmp_path: Path) -> None:
     with run_server(tmp_path) as server:
-        async with httpx.AsyncClient(base_url=server.url, headers=server.headers, timeout=10) as http:
-            await put(http, api("everywhere"))
-            await put(http, api("only-two", cluster="edge-2"))
+        async with server.client() as north:
+            await north.put(api("everywhere"))
+            await north.put(api("only-two", placement={"clusters": ["edge-2"]}))
             one, two = (
                 SyncProbe(server.grpc_address, name, credentials=server.agent_credentials(name))
                 for name in ("edge-1", "edge-2")

@@ -23,12 +23,12 @@ from meshplane.agent.runtime import API_TYPE, Agent, assemble
 from meshplane.config import AgentSettings, ServerSettings
 from meshplane.observability.tracing import configure_tracing, tracer
 from meshplane.server.main import run_server
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.process import free_port
-from tests.harness.tcp_proxy import run_tcp_proxy
-from tests.harness.tracing import RecordedSpans
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.process import free_port
+from meshplane_testing.tcp_proxy import run_tcp_proxy
+from meshplane_testing.tracing import RecordedSpans
+from meshplane_testing.upstream import run_upstream
 
 CLUSTER = "edge-1"
 PATIENCE = 15.0  # how long what a test waits for may take

@@ -11,20 +11,13 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.documents import api
+from meshplane_testing.meshplane import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
 READ_TIMEOUT = 5.0
 """Longest wait for one event; a missing event fails the test instead of hanging it."""
-
-
-def api_doc(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": "default", "labels": labels or {}},
-        "spec": {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": 9001}]},
-    }
 
 
 class Watch:
@@ -70,7 +63,7 @@ def current_revision(http: httpx.Client) -> int:
 
 def test_watch_from_zero_shows_added_modified_deleted_in_revision_order(http: httpx.Client) -> None:
     with watching(http, since=0) as watch:
-        assert http.put("/v1/projects/default/apis/orders", json=api_doc("orders")).status_code == 201
+        assert http.put("/v1/projects/default/apis/orders", json=api("orders")).status_code == 201
         added = watch.next_for("orders")
         assert http.patch("/v1/projects/default/apis/orders", json={"metadata": {"labels": {"a": "b"}}}).is_success
         modified = watch.next_for("orders")
@@ -101,7 +94,7 @@ def test_watch_from_zero_replays_existing_objects_first(http: httpx.Client) -> N
 def test_watch_of_one_kind_leaves_out_other_kinds(http: httpx.Client) -> None:
     with watching(http, since=current_revision(http), kind="apis") as watch:
         project = http.put("/v1/projects/shop", json={"kind": "Project", "metadata": {"name": "shop"}, "spec": {}})
-        http.put("/v1/projects/default/apis/filtered", json=api_doc("filtered"))
+        http.put("/v1/projects/default/apis/filtered", json=api("filtered"))
         change = watch.next()
 
     assert (change["object"]["kind"], change["object"]["metadata"]["name"]) == ("API", "filtered")
@@ -109,10 +102,10 @@ def test_watch_of_one_kind_leaves_out_other_kinds(http: httpx.Client) -> None:
 
 
 def test_watch_from_the_current_revision_shows_only_new_changes(http: httpx.Client) -> None:
-    http.put("/v1/projects/default/apis/before", json=api_doc("before"))
+    http.put("/v1/projects/default/apis/before", json=api("before"))
 
     with watching(http, since=current_revision(http)) as watch:
-        http.put("/v1/projects/default/apis/after", json=api_doc("after"))
+        http.put("/v1/projects/default/apis/after", json=api("after"))
         change = watch.next()
 
     assert (change["type"], change["object"]["metadata"]["name"]) == ("ADDED", "after")
@@ -120,17 +113,17 @@ def test_watch_from_the_current_revision_shows_only_new_changes(http: httpx.Clie
 
 def test_watch_from_a_future_revision_shows_new_changes_from_now(http: httpx.Client) -> None:
     with watching(http, since=current_revision(http) + 1_000_000) as watch:
-        http.put("/v1/projects/default/apis/future", json=api_doc("future"))
+        http.put("/v1/projects/default/apis/future", json=api("future"))
         change = watch.next()
 
     assert (change["type"], change["object"]["metadata"]["name"]) == ("ADDED", "future")
 
 
 def test_late_watcher_sees_each_object_only_in_its_latest_state(http: httpx.Client) -> None:
-    http.put("/v1/projects/default/apis/late", json=api_doc("late"))
+    http.put("/v1/projects/default/apis/late", json=api("late"))
     http.patch("/v1/projects/default/apis/late", json={"metadata": {"labels": {"x": "y"}}})
     http.delete("/v1/projects/default/apis/late")
-    marker = http.put("/v1/projects/default/apis/late-marker", json=api_doc("late-marker")).json()
+    marker = http.put("/v1/projects/default/apis/late-marker", json=api("late-marker")).json()
 
     with watching(http, since=0, kind="API") as watch:
         seen = []

@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from meshplane.agent.bootstrap import envoy_bootstrap
 from meshplane.agent.runtime import assemble
 from meshplane.config import AgentSettings
-from tests.harness.meshplane import MESHPLANE, run_agent, run_server
+from meshplane_testing.meshplane import MESHPLANE, run_agent, run_server
 
 
 @contextlib.asynccontextmanager

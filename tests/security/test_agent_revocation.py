@@ -16,8 +16,8 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import load_certificate
-from tests.harness.meshplane import MESHPLANE, ServerProcess, run_replica, run_server
-from tests.harness.sync_probe import API_TYPE
+from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_replica, run_server
+from meshplane_testing.sync_probe import API_TYPE
 
 pytestmark = pytest.mark.timeout(120)
 

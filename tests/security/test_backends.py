@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
-from tests.integration.test_agent_kube import unique, wait_until
-from tests.integration.test_agent_local_apis import accepted, api_cr, create
+from meshplane_testing.documents import unique
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.eventually import eventually
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, create
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.translate.factories import api, backend
 
 PROTECTED = (ProtectedPort("the agent's xDS", "127.0.0.1", 18001), ProtectedPort("Envoy's admin", "127.0.0.1", 19000))
@@ -247,7 +247,7 @@ def test_an_api_made_in_the_cluster_at_a_metadata_address_is_not_accepted(
         run_envoy(tmp_path, "gw-1", agent.xds_port),
     ):
         create(kube_apiserver, cr)
-        shown = wait_until(lambda: accepted(kube_apiserver, project, name), "the Accepted condition")
+        shown = eventually(lambda: accepted(kube_apiserver, project, name), timeout=20.0, what="the Accepted condition")
         assert shown["status"] == "False" and "metadata" in shown["message"], shown
         gateway = Gateway(agent.gateway_port)
         assert gateway.request("GET", f"/{name}/x").status_code == 404

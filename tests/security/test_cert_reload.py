@@ -13,8 +13,8 @@ import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import load_certificate
-from tests.harness.meshplane import MESHPLANE, AgentProcess, ServerProcess, run_agent, run_server
-from tests.harness.process import wait_until
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import MESHPLANE, AgentProcess, ServerProcess, run_agent, run_server
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -61,7 +61,7 @@ def streams_ended(server: ServerProcess) -> float:
 def streaming(server: ServerProcess, agent: AgentProcess, name: str) -> None:
     """The agent is connected and its stream carries a new change."""
     place_api(server, name, agent.cluster)
-    wait_until(lambda: applied(server, name), 20, f"{agent.cluster} to apply {name}")
+    eventually(lambda: applied(server, name), timeout=20, what=f"{agent.cluster} to apply {name}")
 
 
 async def renewed_name_answers(server: ServerProcess, cluster: str) -> bool:
@@ -91,7 +91,9 @@ def test_an_agent_keeps_streaming_through_a_renewal_and_reconnects_with_the_new_
         assert streams_ended(server) == ended, "the stream was dropped by the renewal"
 
         certs(server, "revoke-agent", "--cluster", "edge-r", "--serial", old)
-        wait_until(lambda: streams_ended(server) > ended, 10, "the stream of the revoked certificate to end")
+        eventually(
+            lambda: streams_ended(server) > ended, timeout=10, what="the stream of the revoked certificate to end"
+        )
         streaming(server, agent, "after")
         assert agent.process.alive()
 
@@ -121,7 +123,7 @@ def test_the_north_api_presents_its_renewed_certificate_to_new_connections(tmp_p
         certs(server, "init", "--renew-server")
         renewed = serial_of(server.pki.server_files().certificate)
 
-        wait_until(lambda: presented() == renewed, 10, "the north API to present the renewed certificate")
+        eventually(lambda: presented() == renewed, timeout=10, what="the north API to present the renewed certificate")
         with server.http() as http:
             assert http.get("/readyz").status_code == 200
 

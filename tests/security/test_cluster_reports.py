@@ -9,9 +9,8 @@ subscriptions, policies, projects, clusters or another cluster's services.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -20,8 +19,9 @@ import pytest
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.integration.test_cli import meshplane
+from meshplane_testing.cli import meshplane
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -94,23 +94,14 @@ def received(rest: httpx.Client, cluster: str) -> set[tuple[str, str]]:
     return {(item["object"]["kind"], item["name"]) for item in response.json()["items"]}
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def settled(rest: httpx.Client, project: str, cluster: str) -> set[tuple[str, str]]:
     """What `cluster` receives once the projection holds every write made so far: a marker API placed there
     is written and waited for (the projection takes writes in revision order)."""
     marker = unique("marker")
     put_api(rest, project, marker, api_spec(f"/{marker}", placement={"clusters": [cluster]}))
-    return wait_until(
+    return eventually(
         lambda: (held := received(rest, cluster)) and ("API", f"{project}/{marker}") in held and held,
-        f"the marker at {cluster}",
+        what=f"the marker at {cluster}",
     )
 
 

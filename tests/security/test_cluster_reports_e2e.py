@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, from_upstream, status
-from tests.harness.meshplane import ServerProcess, run_agent, run_server
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, from_upstream, status
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.upstream import run_upstream
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 

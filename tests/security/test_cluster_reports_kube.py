@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.harness.kube import KubeAPIServer
-from tests.harness.meshplane import AgentProcess, run_agent, run_server
-from tests.integration.test_agent_kube import unique, wait_until
-from tests.integration.test_agent_local_apis import accepted, api_cr, apis_path, create
+from meshplane_testing.documents import unique
+from meshplane_testing.eventually import eventually
+from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create
+from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -38,10 +38,14 @@ def test_a_refused_cluster_api_is_not_served_and_its_cr_says_why(tmp_path: Path,
         with run_agent(tmp_path, "edge-1", server, kubeconfig=kube_apiserver.kubeconfig) as agent:
             create(kube_apiserver, api_cr(project, name, 8080))
 
-            refused = wait_until(lambda: condition(kube_apiserver, project, name, "False"), "the refusal on the CR")
+            refused = eventually(
+                lambda: condition(kube_apiserver, project, name, "False"), timeout=20.0, what="the refusal on the CR"
+            )
             assert refused["reason"] == "Refused"
             assert "spec.publish.projects" in refused["message"]
-            wait_until(lambda: f"{project}/{name}" not in served_locally(agent), "the refused API unserved")
+            eventually(
+                lambda: f"{project}/{name}" not in served_locally(agent), timeout=20.0, what="the refused API unserved"
+            )
             assert rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 404
 
             server.allow_publishing("edge-1", project)
@@ -51,8 +55,12 @@ def test_a_refused_cluster_api_is_not_served_and_its_cr_says_why(tmp_path: Path,
                     headers={"Content-Type": "application/merge-patch+json"},
                     json={"metadata": {"labels": {"try": "again"}}},
                 ).raise_for_status()
-            wait_until(lambda: condition(kube_apiserver, project, name, "True"), "the CR accepted")
-            wait_until(lambda: rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 200, "the API published")
+            eventually(lambda: condition(kube_apiserver, project, name, "True"), timeout=20.0, what="the CR accepted")
+            eventually(
+                lambda: rest.get(f"/v1/projects/{project}/apis/{name}").status_code == 200,
+                timeout=20.0,
+                what="the API published",
+            )
             assert f"{project}/{name}" in served_locally(agent)
             shown = rest.get(f"/v1/projects/{project}/apis/{name}").json()
             assert shown["metadata"]["origin"] == "cluster/edge-1"

@@ -17,9 +17,9 @@ import pytest
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
-from tests.harness.envoy import run_envoy_config
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import run_envoy_config
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 

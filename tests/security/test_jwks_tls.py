@@ -6,7 +6,7 @@ set came from a server the gateway could verify."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +19,11 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.model.resource import InvalidObject
 from meshplane.security.ca import create_ca
-from tests.harness.envoy import EnvoyProcess, run_envoy_config
-from tests.harness.identity import IdentityProvider, serve_key_set, server_certificate
-from tests.harness.process import free_port, wait_until
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
+from meshplane_testing.eventually import eventually
+from meshplane_testing.identity import IdentityProvider, serve_key_set, server_certificate
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 
@@ -116,16 +117,27 @@ def gateway(tmp_path: Path, idp: IdentityProvider) -> Iterator[Gateway]:
         yield Gateway(envoy, client)
 
 
-def eventually(check: Callable[[], bool], what: str) -> None:
-    wait_until(check, 15.0, what, interval=0.2)
-
-
 @pytest.mark.envoy
 def test_a_token_passes_only_with_a_key_set_from_a_verified_server(gateway: Gateway, idp: IdentityProvider) -> None:
     token = idp.token()
-    eventually(lambda: gateway.calls("/trusted/x", token) == 200, "the trusted key set to be fetched")
-    eventually(lambda: gateway.stat("cluster.jwks.shop.untrusted.ssl.fail_verify_error") > 0, "an untrusted server")
-    eventually(lambda: gateway.stat("cluster.jwks.shop.misnamed.ssl.fail_verify_san") > 0, "a misnamed server")
+    eventually(
+        lambda: gateway.calls("/trusted/x", token) == 200,
+        timeout=15.0,
+        what="the trusted key set to be fetched",
+        interval=0.2,
+    )
+    eventually(
+        lambda: gateway.stat("cluster.jwks.shop.untrusted.ssl.fail_verify_error") > 0,
+        timeout=15.0,
+        what="an untrusted server",
+        interval=0.2,
+    )
+    eventually(
+        lambda: gateway.stat("cluster.jwks.shop.misnamed.ssl.fail_verify_san") > 0,
+        timeout=15.0,
+        what="a misnamed server",
+        interval=0.2,
+    )
     time.sleep(0.5)
     assert gateway.calls("/untrusted/x", token) == 401
     assert gateway.calls("/misnamed/x", token) == 401

@@ -36,11 +36,12 @@ from meshplane.store.errors import NotFound
 from meshplane.store.store import Store
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import pack
-from tests.harness.envoy import run_envoy
-from tests.harness.gateway import Gateway, status
-from tests.harness.meshplane import ServerProcess, run_agent, run_enforcer, run_server
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing import documents
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_enforcer, run_server
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.enforcer.factories import NOW, check_request, loaded, update
 from tests.unit.enforcer.factories import api as enforcer_api
 from tests.unit.enforcer.factories import application as enforcer_application
@@ -52,15 +53,6 @@ pytestmark = pytest.mark.timeout(120)
 PROJECT = "default"
 SIGNED = {"apiKey": {"header": "x-api-key"}}
 OPAQUE = {"apiKey": {"mode": "opaque", "header": "x-api-key"}}
-
-
-def doc(kind: str, name: str, spec: dict[str, Any], project: str = PROJECT) -> dict[str, Any]:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name, "project": project},
-        "spec": spec,
-    }
 
 
 def put(api: httpx.Client, plural: str, document: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +74,7 @@ def issue(api: httpx.Client, application: str, project: str = PROJECT, **body: A
 
 def subscribe(api: httpx.Client, application: str, target: str, project: str = PROJECT) -> None:
     spec = {"application": application, "api": target}
-    put(api, "subscriptions", doc("Subscription", f"{application}-{target}", spec, project))
+    put(api, "subscriptions", documents.document("Subscription", f"{application}-{target}", spec=spec, project=project))
 
 
 def delete(api: httpx.Client, plural: str, name: str, project: str = PROJECT) -> httpx.Response:
@@ -113,7 +105,13 @@ def data_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataPlane]:
         api = stack.enter_context(server.http())
         for name, auth in (("signed", SIGNED), ("opaque", OPAQUE)):
             backends = [{"host": "127.0.0.1", "port": port}]
-            put(api, "apis", doc("API", name, {"basePath": f"/{name}", "backends": backends, "authentication": auth}))
+            put(
+                api,
+                "apis",
+                documents.document(
+                    "API", name, spec={"basePath": f"/{name}", "backends": backends, "authentication": auth}
+                ),
+            )
         envoy.wait_listener(agent.gateway_port)
         gateway = Gateway(agent.gateway_port)
         stack.callback(gateway.close)
@@ -122,7 +120,7 @@ def data_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataPlane]:
 
 def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", doc("Application", "mobile", {}))
+    put(api, "applications", documents.document("Application", "mobile", spec={}))
     for target in ("signed", "opaque"):
         subscribe(api, "mobile", target)
     revoked, kept = issue(api, "mobile"), issue(api, "mobile")
@@ -136,7 +134,7 @@ def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane:
     for target in ("signed", "opaque"):
         assert delete(api, "subscriptions", f"mobile-{target}").status_code == 200
     assert delete(api, "applications", "mobile").status_code == 200
-    put(api, "applications", doc("Application", "mobile", {}))
+    put(api, "applications", documents.document("Application", "mobile", spec={}))
     for target in ("signed", "opaque"):
         subscribe(api, "mobile", target)
     fresh = issue(api, "mobile")
@@ -151,7 +149,7 @@ def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane:
 
 def test_a_key_whose_application_is_gone_is_refused_as_a_bad_credential(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", doc("Application", "gone", {}))
+    put(api, "applications", documents.document("Application", "gone", spec={}))
     subscribe(api, "gone", "signed")
     key = issue(api, "gone")["key"]
     gateway.wait_for("/signed/items", status(200), headers={"x-api-key": key}, timeout=30)
@@ -164,7 +162,7 @@ def test_a_key_whose_application_is_gone_is_refused_as_a_bad_credential(data_pla
 
 def test_the_agents_config_dump_shows_no_key_digest(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", doc("Application", "dumped", {}))
+    put(api, "applications", documents.document("Application", "dumped", spec={}))
     subscribe(api, "dumped", "opaque")
     keys = [issue(api, "dumped")["key"], secrets.token_urlsafe(32)]
     issue(api, "dumped", key=keys[1])
@@ -186,7 +184,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
             created = api.post("/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}})
             assert created.status_code == 201, created.text
             backends = [{"host": "127.0.0.1", "port": 9001}]
-            put(api, "apis", doc("API", "orders", {"basePath": f"/{project}", "backends": backends}, project))
+            put(
+                api,
+                "apis",
+                documents.document(
+                    "API", "orders", spec={"basePath": f"/{project}", "backends": backends}, project=project
+                ),
+            )
         yield server
 
 
@@ -198,7 +202,7 @@ def api(server: ServerProcess) -> Iterator[httpx.Client]:
 
 def application(api: httpx.Client, project: str = "shop") -> str:
     name = f"app-{secrets.token_hex(4)}"
-    put(api, "applications", doc("Application", name, {}, project))
+    put(api, "applications", documents.document("Application", name, spec={}, project=project))
     return name
 
 
@@ -220,7 +224,11 @@ def test_an_application_with_subscriptions_is_not_deleted_and_the_answer_names_t
 
 def test_an_api_with_subscriptions_is_not_deleted_and_the_answer_names_them(api: httpx.Client) -> None:
     backends = [{"host": "127.0.0.1", "port": 9001}]
-    put(api, "apis", doc("API", "billing", {"basePath": "/billing", "backends": backends}, "shop"))
+    put(
+        api,
+        "apis",
+        documents.document("API", "billing", spec={"basePath": "/billing", "backends": backends}, project="shop"),
+    )
     app = application(api)
     subscribe(api, app, "billing", "shop")
 
@@ -237,9 +245,11 @@ def test_an_api_with_subscriptions_is_not_deleted_and_the_answer_names_them(api:
 def test_delete_of_a_file_removes_subscriptions_before_what_they_name(server: ServerProcess) -> None:
     backends = [{"host": "127.0.0.1", "port": 9001}]
     docs = [
-        doc("API", "catalog", {"basePath": "/catalog", "backends": backends}, "shop"),
-        doc("Application", "kiosk", {}, "shop"),
-        doc("Subscription", "kiosk-catalog", {"application": "kiosk", "api": "catalog"}, "shop"),
+        documents.document("API", "catalog", spec={"basePath": "/catalog", "backends": backends}, project="shop"),
+        documents.document("Application", "kiosk", spec={}, project="shop"),
+        documents.document(
+            "Subscription", "kiosk-catalog", spec={"application": "kiosk", "api": "catalog"}, project="shop"
+        ),
     ]
     with server.http() as api:
         for document in docs:
@@ -390,11 +400,13 @@ async def stored_project(store: Store) -> ObjectService:
         ("Application", "mobile", {}),
         ("API", "orders", {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": 9001}]}),
     ):
-        await service.create(REGISTRY.get(kind), "shop", doc(kind, name, spec, "shop"))
+        await service.create(REGISTRY.get(kind), "shop", documents.document(kind, name, spec=spec, project="shop"))
     return service
 
 
-SUBSCRIPTION = doc("Subscription", "mobile-orders", {"application": "mobile", "api": "orders"}, "shop")
+SUBSCRIPTION = documents.document(
+    "Subscription", "mobile-orders", spec={"application": "mobile", "api": "orders"}, project="shop"
+)
 
 
 @pytest.mark.parametrize("gone", ["Application", "API"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.harness.meshplane import MESHPLANE, ServerProcess, run_server
+from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(90)
 

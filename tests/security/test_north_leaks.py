@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.meshplane import ServerProcess, run_server
-from tests.harness.process import wait_until
-from tests.harness.sync_probe import API_TYPE, SyncProbe
+from meshplane_testing.eventually import eventually
+from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,9 +83,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wanted = {"bank/vault", "shop/orders"}
         asyncio.run(probe.sync_until(lambda p: wanted <= p.names()))
         asyncio.run(fail_on_cluster(server, probe, "shop/orders", "shop's regex is too large"))
-        wait_until(lambda: "shop/orders" in last_error(server), 15, "shop's failure in the cluster's status")
+        eventually(
+            lambda: "shop/orders" in last_error(server), timeout=15, what="shop's failure in the cluster's status"
+        )
         asyncio.run(fail_on_cluster(server, probe, "bank/vault", "bank vault backend refused"))
-        wait_until(lambda: "bank/vault" in last_error(server), 15, "bank's failure in the cluster's status")
+        eventually(
+            lambda: "bank/vault" in last_error(server), timeout=15, what="bank's failure in the cluster's status"
+        )
         yield {
             "server": server,
             "viewer": server.bearer("viewer", "shop"),

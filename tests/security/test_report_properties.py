@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
-from tests.harness.meshplane import ServerProcess, run_server
+from meshplane_testing.meshplane import ServerProcess, run_server
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ from meshplane.server.auth.guard import MAX_CLIENTS, FailureBrake
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.problems import Problem
 from meshplane.store.store import Store
-from tests.harness.meshplane import run_server, server_argv
-from tests.harness.process import free_port
+from meshplane_testing.meshplane import run_server, server_argv
+from meshplane_testing.process import free_port
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from meshplane.store.store import Store
-from tests.harness.meshplane import run_server
+from meshplane_testing.meshplane import run_server
 
 pytestmark = pytest.mark.timeout(60)
 

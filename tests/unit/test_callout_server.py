@@ -13,7 +13,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from meshplane.callout_server import CalloutServer, Unary
-from tests.harness.process import free_port
+from meshplane_testing.process import free_port
 
 SHOULD_RATE_LIMIT = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].methods_by_name["ShouldRateLimit"]
 Answer = Callable[[rls_pb2.RateLimitRequest], Awaitable[rls_pb2.RateLimitResponse]]

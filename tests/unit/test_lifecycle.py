@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from meshplane.config import RetryPolicy
 from meshplane.lifecycle import Backoff, HttpServer, ListenError, Supervisor, TaskFailed, retry_forever
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 
 FAST = Backoff(initial=0.01, cap=0.04)
 

@@ -11,7 +11,7 @@ import pytest
 from meshplane.agent.runtime import Agent, assemble
 from meshplane.config import AgentSettings
 from meshplane.lifecycle import ListenError, TaskFailed
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 
 
 def settings(tmp_path: Path, admin_address: str, xds_port: int) -> AgentSettings:

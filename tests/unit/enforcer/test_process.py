@@ -11,7 +11,7 @@ from meshplane.enforcer.process import run_enforcer
 from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.lifecycle import ListenError, TaskFailed
 from meshplane.xds.client import DeltaClient
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 
 
 def settings(grpc_port: int, metrics_address: str | None = None) -> EnforcerSettings:

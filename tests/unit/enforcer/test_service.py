@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from meshplane.callout_server import CalloutServer
 from meshplane.enforcer.service import AuthorizationService
-from tests.harness.process import free_port
+from meshplane_testing.process import free_port
 
 from .factories import NOW, api, application, check_request, key, loaded, subscription
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 from prometheus_client import REGISTRY
 
 
@@ -16,12 +13,3 @@ def sample(name: str, **labels: str) -> float:
 def present(name: str, **labels: str) -> bool:
     """Whether the sample is exported at all (a removed gauge label is not)."""
     return REGISTRY.get_sample_value(name, labels) is not None
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 2.0) -> None:
-    """Until `check()` holds: for what another task records a moment later, with nothing to wait on."""
-    for _ in range(int(seconds / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError(f"not true within {seconds}s")

@@ -10,7 +10,7 @@ from meshplane.lifecycle import HttpServer
 from meshplane.observability.metrics import metrics_app
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.service import UNCONFIGURED
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 from tests.unit.ratelimiter.support import Limiter, config, node, policy, request
 
 from .support import sample

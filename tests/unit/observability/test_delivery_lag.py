@@ -19,8 +19,9 @@ from meshplane.server.status import StatusRollup, delivery_lag
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
+from meshplane_testing.eventually import eventually_async
 
-from .support import eventually, present, sample
+from .support import present, sample
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 API = REGISTRY.get("API")
@@ -110,7 +111,9 @@ async def test_the_roll_up_publishes_each_clusters_lag_until_it_applies_and_forg
     leadership.is_leader = False
     running = asyncio.create_task(rollup.run())
     try:
-        await eventually(lambda: not present("meshplane_cluster_delivery_lag_revisions", cluster="lag-west"))
+        await eventually_async(
+            lambda: not present("meshplane_cluster_delivery_lag_revisions", cluster="lag-west"), timeout=2.0
+        )
     finally:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):

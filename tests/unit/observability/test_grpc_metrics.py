@@ -17,9 +17,10 @@ from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer, add_to_server
+from meshplane_testing.eventually import eventually_async
 from tests.unit.xds.support import STRING, by_cluster, text
 
-from .support import eventually, sample
+from .support import sample
 
 REGISTER = "/meshplane.v1.ControlPlane/RegisterCluster"
 DELTA = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources"
@@ -74,7 +75,9 @@ async def test_a_stream_is_counted_when_it_ends_with_how_it_ended(channel: grpc.
 
     call.cancel()
 
-    await eventually(lambda: calls(DELTA, "CANCELLED") - cancelled == 1)  # the server learns of it a moment later
+    await eventually_async(
+        lambda: calls(DELTA, "CANCELLED") - cancelled == 1, timeout=2.0
+    )  # the server learns of it a moment later
 
 
 async def test_a_method_nobody_serves_is_not_a_label(channel: grpc.aio.Channel) -> None:

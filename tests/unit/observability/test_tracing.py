@@ -13,7 +13,7 @@ from opentelemetry.trace import format_span_id, format_trace_id
 
 from meshplane.observability.logging import configure_logging, get_logger
 from meshplane.observability.tracing import ENDPOINT_VARIABLE, configure_tracing, context_of, current_carrier, tracer
-from tests.harness.tracing import RecordedSpans
+from meshplane_testing.tracing import RecordedSpans
 
 
 def test_without_an_endpoint_tracing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from meshplane.lifecycle import TaskFailed
 from meshplane.ratelimiter.main import run_ratelimiter
 from meshplane.ratelimiter.settings import RateLimiterSettings
 from meshplane.xds.client import DeltaClient
-from tests.harness.process import free_port, port_open
+from meshplane_testing.process import free_port, port_open
 
 
 async def test_the_rate_limiter_stops_naming_its_xds_feed_when_the_feed_dies(monkeypatch: pytest.MonkeyPatch) -> None:

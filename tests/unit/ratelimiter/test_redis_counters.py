@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 
 from meshplane.ratelimiter.counters import CountersUnavailable, Hit
 from meshplane.ratelimiter.redis_counters import LEASE_FRACTION, RedisCounters, redis_key
-from tests.harness.process import free_port
-from tests.harness.redis import RedisServer, start_redis
+from meshplane_testing.process import free_port
+from meshplane_testing.redis import RedisServer, start_redis
 
 NOW = 1_700_000_000
 

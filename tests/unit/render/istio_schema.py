@@ -27,7 +27,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from tests.harness.process import unavailable
+from meshplane_testing.process import MissingRequirement
 
 CRD_FILE = Path(
     os.environ.get(
@@ -138,9 +138,9 @@ def _validators() -> dict[tuple[str, str], Any]:
 
 
 def crd_file() -> Path:
-    """Istio's CRDs, or a skip (a failure in CI) saying where they were looked for."""
+    """Istio's CRDs, or MissingRequirement saying where they were looked for."""
     if not CRD_FILE.is_file():
-        unavailable(f"Istio's CRD schemas are not at {CRD_FILE} (set MESHPLANE_ISTIO_CRDS to their file)")
+        raise MissingRequirement(f"Istio's CRD schemas are not at {CRD_FILE} (set MESHPLANE_ISTIO_CRDS to their file)")
     return CRD_FILE
 
 

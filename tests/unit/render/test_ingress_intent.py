@@ -17,7 +17,7 @@ from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.ingress import render_ingress_intent
 from tests.unit.render.istio_schema import validate_istio
-from tests.unit.render.test_egress_intent import (
+from tests.unit.render.scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from meshplane.model.resource import Resource
 from meshplane.server.api_conflicts import clash, hosts_overlap
 from tests.unit.translate.factories import METHODS, api, api_specs, backend
-from tests.unit.translate.test_properties import declared, probes
+from tests.unit.translate.route_table import declared, probes
 
 
 def named(name: str, spec: dict) -> Resource:

@@ -3,50 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from meshplane.model.registry import REGISTRY
-from meshplane.server.feeder import ProjectionFeeder
-from meshplane.server.manifests import ManifestProjection
-from meshplane.server.projection import FleetProjection
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
-from meshplane.xds.cache import ResourceCache
-
-API_TYPE = REGISTRY.get("API").type_url
-
-
-def api_spec(port: int) -> dict:
-    return {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": port}]}
-
-
-def feeder_of(store: Store) -> tuple[ResourceCache, ProjectionFeeder]:
-    """A feeder of `store` that polls fast, and the cache it fills."""
-    cache = ResourceCache()
-    return cache, ProjectionFeeder(store, FleetProjection(cache), ManifestProjection(cache), poll_interval=0.05)
-
-
-@contextlib.asynccontextmanager
-async def running(feeder: ProjectionFeeder) -> AsyncIterator[None]:
-    """The feeder's loop, for as long as the block lasts."""
-    task = asyncio.create_task(feeder.run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def wait_for(check: Callable[[], bool], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
+from meshplane_testing.eventually import eventually_async
+from tests.unit.server.feeders import API_TYPE, api_spec, feeder_of, running
 
 
 async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(store: Store) -> None:
@@ -66,4 +29,4 @@ async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(s
             await feeder._tail()
 
     async with running(feeder):
-        await wait_for(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"})
+        await eventually_async(lambda: set(cache.resources("edge-1", API_TYPE)) == {"shop/billing"}, timeout=5.0)

@@ -20,7 +20,7 @@ from meshplane.agent.translate.translate import api_views
 from meshplane.dataplane import ENFORCER_API_TYPE, ENFORCER_APPLICATION_TYPE, RATELIMIT_CONFIG_TYPE
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
-from tests.harness.envoy import validate
+from meshplane_testing.envoy import validate
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.envoy import run_envoy
-from tests.harness.process import free_port
+from meshplane_testing.envoy import run_envoy
+from meshplane_testing.process import free_port
 
 pytestmark = pytest.mark.envoy
 

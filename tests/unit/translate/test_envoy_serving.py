@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
-from tests.harness.envoy import EnvoyProcess, envoy_binary, run_envoy_config
-from tests.harness.process import free_port
-from tests.harness.upstream import run_upstream
+from meshplane_testing.envoy import EnvoyProcess, envoy_binary, run_envoy_config
+from meshplane_testing.process import free_port
+from meshplane_testing.upstream import run_upstream
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from meshplane.agent.bootstrap import bootstrap_yaml, envoy_bootstrap
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
-from tests.harness.envoy import envoy_binary, validate
+from meshplane_testing.envoy import envoy_binary, validate
 from tests.unit.translate.factories import LOOPBACK, api, api_sets, backend, example_api
 from tests.unit.translate.static_config import static_bootstrap
 

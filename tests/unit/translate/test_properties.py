@@ -13,8 +13,15 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import LITERALS, LOOPBACK, METHODS, api_sets
-from tests.unit.translate.route_table import forwarded_path, select
+from tests.unit.translate.factories import LITERALS, LOOPBACK, api_sets
+from tests.unit.translate.route_table import (
+    covering,
+    declared,
+    forwarded_path,
+    probes,
+    segments,
+    select,
+)
 
 SETTINGS = GatewaySettings(backends=LOOPBACK)
 
@@ -55,71 +62,10 @@ def test_names_are_unique_and_every_reference_resolves(apis: list[Resource]) -> 
 # The model's semantics, written independently of the translator: segments are compared one by one.
 
 
-def segments(path: str) -> list[str]:
-    return [] if path == "/" else path[1:].split("/")
-
-
-def pattern_matches(pattern: list[str], path: list[str]) -> bool:
-    rest = bool(pattern) and pattern[-1] == "*"
-    fixed = pattern[:-1] if rest else pattern
-    if len(path) < len(fixed) or (not rest and len(path) != len(fixed)):
-        return False
-    return all(p == s if not p.startswith("{") else s != "" for p, s in zip(fixed, path, strict=False))
-
-
-def host_matches(pattern: str, host: str) -> bool:
-    return pattern in ("*", host) or (pattern.startswith("*.") and host.endswith(pattern[1:]))
-
-
-def declared(apis: list[Resource], host: str, method: str, path: str) -> set[tuple[str, str]]:
-    """Route names ("project/name METHOD path" or "project/name *") of every operation that covers the request."""
-    return {
-        (f"{a.metadata.project}/{a.metadata.name}", name)
-        for a in apis
-        if any(host_matches(h, host) for h in a.spec.hostnames)
-        for name in covering(a, method, path)
-    }
-
-
-def covering(a: Resource, method: str, path: str) -> set[str]:
-    """Route names of the API's operations (or its catch-all) that cover a request, its hostnames aside."""
-    ident = f"{a.metadata.project}/{a.metadata.name}"
-    base = segments(a.spec.base_path)
-    names = set()
-    if not a.spec.operations and pattern_matches([*base, "*"], segments(path)):
-        names.add(f"{ident} *")
-    for op in a.spec.operations:
-        if op.method.value == method and pattern_matches(base + segments(op.path), segments(path)):
-            names.add(f"{ident} {op.method.value} {op.path}")
-    return names
-
-
 def expected_forward(a: Resource, path: str) -> str:
     backend = next(b for b in a.spec.backends if b.weight > 0)
     tail = segments(path)[len(segments(a.spec.base_path)) :]
     return backend.base_path.rstrip("/") + "".join("/" + s for s in tail) or "/"
-
-
-@st.composite
-def probes(draw: st.DrawFn, apis: list[Resource]) -> list[tuple[str, str, str]]:
-    """Requests near the declared operations: concrete instances of them, and mutations and random paths."""
-    values = st.sampled_from([*LITERALS, "zz"])
-    paths = []
-    for a in apis:
-        base = segments(a.spec.base_path)
-        for op in a.spec.operations or []:
-            concrete = []
-            for segment in base + segments(op.path):
-                if segment == "*":
-                    concrete += draw(st.lists(st.one_of(values, st.just("")), max_size=2))
-                else:
-                    concrete.append(draw(values) if segment.startswith("{") else segment)
-            paths += [concrete, [*concrete, draw(values)]]
-        paths += [base + draw(st.lists(values, max_size=3))]
-    paths += [[*p[:-1], p[-1] + "x"] for p in list(paths) if p]
-    paths += draw(st.lists(st.lists(values, max_size=4), max_size=5))
-    hosts = st.sampled_from(["a.com", "b.a.com", "x.a.com", "c.org", "other.net"])
-    return [(draw(hosts), draw(st.sampled_from(METHODS)), "/" + "/".join(p)) for p in paths]
 
 
 @settings(max_examples=300)

@@ -11,7 +11,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.agent.translate.service_backends import LocalServices
 from meshplane.model.services import ServiceEndpointSpec
-from tests.harness.envoy import envoy_binary, validate
+from meshplane_testing.envoy import envoy_binary, validate
 from tests.unit.translate.factories import LOOPBACK, api, backend
 from tests.unit.translate.static_config import static_bootstrap
 

@@ -11,7 +11,7 @@ from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, carried_trace
 from meshplane.xds.server import XdsServer
-from tests.harness.tracing import RecordedSpans
+from meshplane_testing.tracing import RecordedSpans
 
 from .support import STRING, Agent, Recorder, serve_xds, text
 

@@ -1,4 +1,4 @@
-"""The one way tests start and stop a process: bounded start-up, a log file, and a kill at the end."""
+"""The one way tests and benchmarks start and stop a process: bounded start-up, a log file, and a kill at the end."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
 
-import pytest
+from meshplane_testing.eventually import eventually
 
 
 def free_port() -> int:
@@ -29,29 +27,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+class MissingRequirement(Exception):
+    """An outside program or file is not here; tests/conftest.py decides whether that skips or fails a test."""
+
+
 def require_binary(name: str, *candidates: str) -> str:
-    """The path of a binary, or a skip (a failure in CI) saying which one is missing."""
+    """The path of a binary, or MissingRequirement saying which one is not installed."""
     for candidate in (*candidates, name):
         found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
         if found:
             return found
-    unavailable(f"{name} is not installed (CI installs it; see .ci/run)")
-
-
-def unavailable(message: str) -> NoReturn:
-    """A test's outside requirement is missing: skip saying which one, or fail in CI, where it must be there."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+    raise MissingRequirement(f"{name} is not installed (CI installs it; see .ci/run)")
 
 
 class Process:
@@ -88,7 +74,7 @@ class Process:
             return check()
 
         try:
-            wait_until(ready, timeout, what or self.argv[0])
+            eventually(ready, timeout=timeout, what=what or self.argv[0])
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{self.log()[-4000:]}") from None
 

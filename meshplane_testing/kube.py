@@ -19,7 +19,7 @@ import shutil
 import ssl
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,15 +29,19 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from meshplane.model.resource import API_VERSION
 from meshplane.security.ca import create_ca, issue_server_certificate
-from tests.harness.process import free_port, require_binary, running, wait_until
+from meshplane_testing.eventually import eventually
+from meshplane_testing.process import free_port, require_binary, running
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 KUBE_VERSION = (REPO / "scripts" / "kube-version").read_text().strip()
 ADMIN_USER = "meshplane-test-admin"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 FIELD_MANAGER = "meshplane-tests"
+ORDERS_SERVICE = {"host": "orders.shop.svc", "port": 8080}
+"""A backend by its in-cluster Service name, as an API delivered to a cluster names it."""
 # tmpfs where there is one: etcd fsyncs every write, and this etcd has no flag to stop it.
 _RAM_DIR = "/dev/shm"
 
@@ -151,13 +155,17 @@ class KubeAPIServer:
         for crd in crds:
             name, spec = crd["metadata"]["name"], crd["spec"]
             plural = spec["names"]["plural"]
-            wait_until(lambda name=name: self.crd_condition(name, "Established"), timeout, f"CRD {name} Established")
+            eventually(
+                lambda name=name: self.crd_condition(name, "Established"),
+                timeout=timeout,
+                what=f"CRD {name} Established",
+            )
             for version in spec["versions"]:
                 group_version = f"/apis/{spec['group']}/{version['name']}"
-                wait_until(
+                eventually(
                     lambda gv=group_version, plural=plural: self._serves(gv, plural),
-                    timeout,
-                    f"{plural} served at {group_version}",
+                    timeout=timeout,
+                    what=f"{plural} served at {group_version}",
                 )
 
     def crd_condition(self, name: str, condition: str) -> bool:
@@ -282,3 +290,57 @@ def _ready(server: KubeAPIServer) -> bool:
             return client.get("/readyz").status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def custom_resource(kube: KubeAPIServer, name: str) -> dict[str, Any] | None:
+    with kube.client() as client:
+        response = client.get(f"/apis/{API_VERSION}/namespaces/default/apis/{name}")
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    return response.json()
+
+
+def cr_with_base_path(kube: KubeAPIServer, name: str, base_path: str) -> Callable[[], dict[str, Any] | None]:
+    def check() -> dict[str, Any] | None:
+        cr = custom_resource(kube, name)
+        return cr if cr is not None and cr["spec"]["basePath"] == base_path else None
+
+    return check
+
+
+def api_cr(project: str, name: str, port: int, weight: int = 100) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "API",
+        "metadata": {"name": name, "namespace": project},
+        "spec": {"basePath": f"/{name}", "backends": [{"host": "127.0.0.1", "port": port, "weight": weight}]},
+    }
+
+
+def apis_path(project: str, name: str = "") -> str:
+    path = f"/apis/{API_VERSION}/namespaces/{project}/apis"
+    return f"{path}/{name}" if name else path
+
+
+def create(kube: KubeAPIServer, body: dict[str, Any]) -> None:
+    """As `kubectl create` does it: a POST to the collection."""
+    with kube.client() as client:
+        response = client.post(apis_path(body["metadata"]["namespace"]), json=body)
+    if response.status_code != 201:
+        raise KubeError(response)
+
+
+def delete(kube: KubeAPIServer, project: str, name: str) -> None:
+    with kube.client() as client:
+        response = client.delete(apis_path(project, name))
+    if response.status_code not in (200, 202):
+        raise KubeError(response)
+
+
+def accepted(kube: KubeAPIServer, project: str, name: str) -> dict[str, Any] | None:
+    """The CR's Accepted condition, once the agent has set it."""
+    with kube.client() as client:
+        cr = client.get(apis_path(project, name)).json()
+    conditions = (cr.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Accepted"), None)

@@ -1,7 +1,7 @@
 """Proxyless gRPC clients for tests: gRPC's own xDS client, fed by an agent, in a process of its own.
 
 gRPC keeps its xDS client and the bootstrap it read (`GRPC_XDS_BOOTSTRAP`) for the life of the process,
-so every call runs in a fresh child (`python -m tests.harness.proxyless ...`) and nothing of it leaks into
+so every call runs in a fresh child (`python -m meshplane_testing.proxyless ...`) and nothing of it leaks into
 the test process. The child calls a method with the request `hello` until a reply starts with what the
 test expects, or its time is up, and prints the last outcome on a marked line. The child inherits the
 environment, so `GRPC_VERBOSITY=debug GRPC_TRACE=xds_client` on the test run puts gRPC's view in its log.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import grpc
 
-from tests.harness.process import running
+from meshplane_testing.process import running
 
 REQUEST = b"hello"
 _MARK = "proxyless-call: "
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def call_proxyless(
     """Run one client process named `name` until a reply from `target` starts with `expect` (or `timeout`)."""
     bootstrap_path = tmp_path / f"{name}-bootstrap.json"
     bootstrap_path.write_text(json.dumps(bootstrap(xds_port, name)))
-    argv = [sys.executable, "-m", "tests.harness.proxyless", target, method, expect, "--timeout", str(timeout)]
+    argv = [sys.executable, "-m", "meshplane_testing.proxyless", target, method, expect, "--timeout", str(timeout)]
     env = {"GRPC_XDS_BOOTSTRAP": str(bootstrap_path)}
     with running(argv, tmp_path / f"{name}.log", env, cwd=_ROOT) as process:
         code = process.popen.wait(timeout=timeout + 15)

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.meshplane import ServerProcess
 
 
 def object_path(doc: dict[str, Any]) -> str:

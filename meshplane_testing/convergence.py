@@ -19,7 +19,7 @@ from google.protobuf import json_format
 
 from meshplane.model.wire import integral
 from meshplane.proto.v1 import resources_pb2
-from tests.harness.meshplane import ServerProcess
+from meshplane_testing.meshplane import ServerProcess
 
 API_TYPE_URL = "type.googleapis.com/meshplane.v1.API"
 

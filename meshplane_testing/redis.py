@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.process import free_port, port_open, require_binary, running
+from meshplane_testing.process import free_port, port_open, require_binary, running
 
 
 @dataclass(frozen=True, slots=True)

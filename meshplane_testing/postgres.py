@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from tests.harness.process import free_port, port_open, require_binary, running
+from meshplane_testing.process import free_port, port_open, require_binary, running
 
 SUPERUSER = "meshplane"
 _SERVICE_USER = "postgres"

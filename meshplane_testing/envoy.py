@@ -14,7 +14,7 @@ import yaml
 
 from meshplane.agent.bootstrap import bootstrap_yaml
 from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
-from tests.harness.process import Process, free_port, port_open, require_binary, running
+from meshplane_testing.process import Process, free_port, port_open, require_binary, running
 
 
 def envoy_binary() -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 
 import httpx
+
+from meshplane_testing.eventually import eventually
 
 
 class Gateway:
@@ -24,18 +25,22 @@ class Gateway:
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """Poll until the answer satisfies `expect`; the last answer is in the error otherwise."""
-        deadline = time.monotonic() + timeout
         last: httpx.Response | str = "no answer"
-        while time.monotonic() < deadline:
+
+        def answered() -> httpx.Response | None:
+            nonlocal last
             try:
                 last = self.http.request(method, path, headers=headers)
-                if expect(last):
-                    return last
             except httpx.TransportError as exc:
                 last = repr(exc)
-            time.sleep(0.05)
-        shown = f"{last.status_code} {last.text[:300]}" if isinstance(last, httpx.Response) else last
-        raise AssertionError(f"{method} {path}: gave up after {timeout}s; last answer: {shown}")
+                return None
+            return last if expect(last) else None
+
+        try:
+            return eventually(answered, timeout=timeout, what=f"{method} {path}")
+        except TimeoutError:
+            shown = f"{last.status_code} {last.text[:300]}" if isinstance(last, httpx.Response) else last
+            raise AssertionError(f"{method} {path}: gave up after {timeout}s; last answer: {shown}") from None
 
     def close(self) -> None:
         self.http.close()

@@ -18,9 +18,10 @@ from pathlib import Path
 import grpc
 import httpx
 
+from meshplane.client import MeshplaneClient
 from meshplane.security.ca import CertificateFiles, Pki
-from tests.harness.metrics import Scrape
-from tests.harness.process import Process, free_port, port_open, running
+from meshplane_testing.metrics import Scrape
+from meshplane_testing.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
 
@@ -76,6 +77,10 @@ class ServerProcess:
     def http(self, timeout: float | httpx.Timeout = 10.0) -> httpx.Client:
         """A client of the north API, signed in as the admin."""
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout, verify=self.trust() or True)
+
+    def client(self, timeout: float = 10.0) -> MeshplaneClient:
+        """The typed client of the north API (the CLI's own), signed in as the admin."""
+        return MeshplaneClient(self.url, self.token, timeout, self.pki.ca_certificate if self.https else None)
 
     def scrape(self) -> Scrape:
         """The server's Prometheus metrics, read from the north API."""
