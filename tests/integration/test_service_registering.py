@@ -181,8 +181,8 @@ def test_an_api_backend_naming_a_service_goes_to_its_cluster_ip(tmp_path: Path, 
             names = [
                 r["name"]
                 for t in config["RouteConfiguration"].values()
-                for h in t["virtual_hosts"]
-                for r in h["routes"]
+                for h in t.get("virtual_hosts", [])  # a route table the gateways get before any API has none
+                for r in h.get("routes", [])
             ]
             both = any(name.startswith(f"default/{absent} ") for name in names)
             return config if both and f"api.default.{present}.0" in config["ClusterLoadAssignment"] else None
