@@ -104,3 +104,8 @@ def validate(tmp_path: Path, bootstrap: dict[str, Any]) -> tuple[bool, str]:
     with running(argv, tmp_path / "validate.log") as process:
         code = process.popen.wait(timeout=30)
         return code == 0, process.log()
+
+
+def unversioned(cluster: str) -> str:
+    """An API's Envoy cluster name without its upstream digest: `api.<project>.<name>.<backend index>`."""
+    return cluster.rsplit(".", 1)[0] if cluster.startswith("api.") else cluster

@@ -62,3 +62,48 @@ def test_moving_routes_between_clusters_drops_no_request(tmp_path: Path) -> None
 
     assert len(statuses) > 30, "too little traffic to say anything"
     assert set(statuses) == {200}, {code: statuses.count(code) for code in set(statuses)}
+
+
+def test_a_backend_and_its_path_change_together_for_every_request(tmp_path: Path) -> None:
+    """Moving an API to another upstream under another path changes its cluster and its route: no request may
+    reach the new upstream on the old path (or the old upstream on the new one) while they change."""
+    with (
+        run_upstream("one") as (port_one, seen_one),
+        run_upstream("two") as (port_two, seen_two),
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server.grpc_address) as agent,
+        run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
+        server.http() as rest,
+    ):
+        envoy.wait_listener(agent.gateway_port)
+        gateway = Gateway(agent.gateway_port)
+        versions = {
+            "one": [{"host": "127.0.0.1", "port": port_one, "basePath": "/v1"}],
+            "two": [{"host": "127.0.0.1", "port": port_two, "basePath": "/v2"}],
+        }
+        rest.put("/v1/projects/default/apis/orders", json=api(versions["one"])).raise_for_status()
+        gateway.wait_for("/orders/x", from_upstream("one"))
+
+        stop = threading.Event()
+
+        def traffic() -> None:
+            with httpx.Client(base_url=f"http://127.0.0.1:{agent.gateway_port}", timeout=5) as client:
+                while not stop.is_set():
+                    client.get("/orders/x")
+
+        caller = threading.Thread(target=traffic)
+        caller.start()
+        try:
+            for round_ in range(10):
+                upstream = "two" if round_ % 2 == 0 else "one"
+                rest.put("/v1/projects/default/apis/orders", json=api(versions[upstream])).raise_for_status()
+                gateway.wait_for("/orders/x", from_upstream(upstream))
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            caller.join(timeout=10)
+        gateway.close()
+
+    assert len(seen_one) + len(seen_two) > 30, "too little traffic to say anything"
+    assert {request["path"] for request in seen_one} == {"/v1/x"}
+    assert {request["path"] for request in seen_two} == {"/v2/x"}

@@ -7,6 +7,7 @@ served twice once the control plane's copy comes back, and an invalid one is not
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import httpx
@@ -24,7 +25,8 @@ from meshplane_testing.upstream import run_upstream
 def served_count(envoy: EnvoyProcess, project: str, name: str) -> tuple[int, int]:
     """(routes, clusters) of an API in Envoy's configuration."""
     dump = json.dumps(envoy.config_dump())
-    return dump.count(f'"name": "{project}/{name} *"'), dump.count(f'"name": "api.{project}.{name}.0"')
+    clusters = re.findall(rf'"name": "api\.{project}\.{name}\.0\.[0-9a-f]+"', dump)
+    return dump.count(f'"name": "{project}/{name} *"'), len(clusters)
 
 
 def test_a_local_api_is_served_with_the_control_plane_down_and_kept_across_restarts(

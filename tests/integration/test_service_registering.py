@@ -13,6 +13,7 @@ import pytest
 
 from meshplane_testing.cli import meshplane
 from meshplane_testing.documents import unique
+from meshplane_testing.envoy import unversioned
 from meshplane_testing.eventually import eventually
 from meshplane_testing.kube import KubeAPIServer
 from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
@@ -149,10 +150,11 @@ def test_services_deleted_while_the_agent_was_down_go_once_it_is_back(
 
 
 def gateway_config(agent: AgentProcess) -> dict[str, dict[str, Any]]:
-    """Type URL (short) -> resource name -> resource, as the agent serves its gateways."""
+    """Type URL (short) -> resource name (API clusters without their upstream digest) -> resource, as the agent
+    serves its gateways."""
     dump = httpx.get(f"http://{agent.admin_address}/config_dump", timeout=5).raise_for_status().json()
     return {
-        group["typeUrl"].rsplit(".", 1)[-1]: {r["name"]: r["resource"] for r in group["resources"]}
+        group["typeUrl"].rsplit(".", 1)[-1]: {unversioned(r["name"]): r["resource"] for r in group["resources"]}
         for group in dump["gateways"]
     }
 

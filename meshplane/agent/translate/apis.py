@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from meshplane.model.kinds import APISpec, Backend
@@ -27,8 +29,12 @@ class Api:
         return (self.project, self.name)
 
     def cluster_name(self, index: int) -> str:
-        """Project and name are DNS labels (no dots), so this never collides across projects."""
-        return f"api.{self.project}.{self.name}.{index}"
+        """`api.<project>.<name>.<index>.<upstream>`: project and name are DNS labels (no dots), so this never
+        collides across projects. The last part is a digest of what the cluster connects to, so a backend that
+        changes becomes a new cluster beside the old one and its routes move to it in one step (see
+        agent.gateway); changing the old cluster in place would send requests to the new upstream under the
+        old route's path until the routes followed."""
+        return f"api.{self.project}.{self.name}.{index}.{upstream_digest(self.spec.backends[index])}"
 
     @property
     def grpc_target(self) -> str:
@@ -42,3 +48,10 @@ class Api:
     def serving(self) -> list[tuple[int, Backend]]:
         """The backends that receive traffic (weight above 0), with their index in the spec."""
         return [(index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0]
+
+
+def upstream_digest(backend: Backend) -> str:
+    """8 hex digits naming where a backend's requests go and how (not its share of them or its path: the
+    routes hold those)."""
+    upstream = backend.model_dump(mode="json", exclude={"weight", "base_path"})
+    return hashlib.sha256(json.dumps(upstream, sort_keys=True).encode()).hexdigest()[:8]
