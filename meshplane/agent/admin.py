@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-import os
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from meshplane import secret_files
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
 from meshplane.agent.holdings import Holdings
 from meshplane.config import AgentSettings, split_address
@@ -128,10 +128,8 @@ def admin_token(settings: AgentSettings) -> str | None:
     path = settings.state_dir / TOKEN_FILE
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(secrets.token_urlsafe(32) + "\n")
+        with contextlib.suppress(FileExistsError):  # another agent on this state directory made it first
+            secret_files.create(path, (secrets.token_urlsafe(32) + "\n").encode())
     return _read_token(path)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping, Sequence
 
@@ -16,6 +15,7 @@ from meshplane import __version__
 from meshplane.agent.admin import admin_app, admin_token
 from meshplane.agent.apply_span import apply_span
 from meshplane.agent.channel import ControlPlaneChannel
+from meshplane.agent.deadline import Deadline
 from meshplane.agent.deliveries import delivery_reports
 from meshplane.agent.gateway import (
     ENFORCERS,
@@ -101,10 +101,9 @@ class Agent:
             if kube is not None
             else NoKubernetes()
         )
+        self.key_expiry = Deadline()
         self._local_changes: dict[tuple[str, str], str | None] = {}
-        self._local_task: asyncio.Task[None] | None = None
-        self._expiry: asyncio.TimerHandle | None = None
-        self._expiry_task: asyncio.Task[None] | None = None
+        self._local_changed = asyncio.Event()
         self._rebuilding = asyncio.Lock()
 
     def holdings(self) -> Holdings:
@@ -135,7 +134,7 @@ class Agent:
         entitlements = Entitlements.of(obj for obj in held if isinstance(obj, Resource))
         self._set_services(ENFORCERS, enforcer_feed(apis, entitlements))
         self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
-        self._wake_at(entitlements.next_expiry(now))
+        self.key_expiry.move_to(entitlements.next_expiry(now))  # the gateways are told again then
         config = translate_apis(resources, self.gateway_settings, entitlements, now, self.kube.services())
         return await self.publisher.publish(config)
 
@@ -143,20 +142,6 @@ class Agent:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
         packed = {kind: {name: pack(name, msg) for name, msg in items.items()} for kind, items in resources.items()}
         self.gateway_cache.set_snapshot(group, packed)
-
-    def _wake_at(self, moment: float | None) -> None:
-        """Tell the gateways again when a key record runs out (a rotation's overlap ends)."""
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        if moment is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(0.0, moment - time.time()) + 0.05
-            self._expiry = loop.call_later(delay, self._rebuild_later)
-
-    def _rebuild_later(self) -> None:
-        self._expiry = None
-        self._expiry_task = asyncio.create_task(self.rebuild(), name="key-expiry")
 
     async def rebuild(self, changed: Mapping[tuple[str, str], str] | None = None, report: bool = True) -> None:
         """Publish what is held to the gateways and report how `changed` (type URL, name -> version) fared
@@ -196,13 +181,14 @@ class Agent:
         if not await self.local.keep(key, api):
             return refusal
         self._local_changes[(API_TYPE, key)] = self.local.versions().get(key)
-        if self._local_task is None or self._local_task.done():
-            self._local_task = asyncio.create_task(self._serve_local(), name="local-apis")
+        self._local_changed.set()
         return refusal
 
     async def _serve_local(self) -> None:
         """Rebuild for the local changes; those made during a rebuild are taken by one more, together."""
-        while self._local_changes:
+        while True:
+            await self._local_changed.wait()
+            self._local_changed.clear()
             changes, self._local_changes = self._local_changes, {}
             try:
                 await self.rebuild({key: version for key, version in changes.items() if version}, report=False)
@@ -319,15 +305,13 @@ class Agent:
                 tasks.start("agent-admin", admin.serve, on_failure="exit")
                 tasks.start("cp-sync", self.sync, on_failure="exit")
                 tasks.start("reports", self.reporter.run, on_failure="restart")
+                tasks.start("local-apis", self._serve_local, on_failure="restart")
+                tasks.start("key-expiry", lambda: self.key_expiry.run(self.rebuild), on_failure="restart")
                 for name, work in self.kube.tasks().items():
                     tasks.start(name, work, on_failure="restart")
                 await stop.wait()
         finally:
             admin.close()
-            if self._local_task is not None:
-                self._local_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._local_task
             await xds.stop(grace=0.5)
             await self.close()
 

@@ -61,6 +61,34 @@ class Feed(StrEnum):
     """The revoked agent certificates every replica refuses."""
 
 
+class OnDelete(StrEnum):
+    """What deleting a named object does to the objects whose spec names it."""
+
+    REFUSE = "refuse"
+    """The delete is refused while one names it (a subscription is its consumer's agreement)."""
+    CASCADE = "cascade"
+    """They are deleted with it (an application's key records, bound to it and of no use to another)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A field of a kind's spec that names an object of `kind` in the same project, which must be stored when
+    the object is written and still be there when the write commits (else 422 on the field's path)."""
+
+    field: str
+    """The field's wire name, at the top of the spec."""
+    kind: str
+    on_delete: OnDelete = OnDelete.REFUSE
+
+    @property
+    def path(self) -> str:
+        return f"spec.{self.field}"
+
+    def named(self, spec: Mapping[str, Any]) -> Any:
+        """The name this field holds in a spec's wire form (None when it holds none)."""
+        return spec.get(self.field)
+
+
 class ProjectOnCluster(WireModel):
     """A cluster's delivery summary over one project's objects alone."""
 
@@ -111,6 +139,9 @@ class KindInfo:
     names: tuple[str, ...] = ()
     """Kinds whose objects this kind's objects name and must find stored when written (a project-scoped
     object also needs its project): what `meshplane apply` stores first."""
+    references: tuple[Reference, ...] = ()
+    """The spec fields that name one object each, checked and kept by the server alike for every kind; the kinds
+    they name are among `names`. Other names (a policy's target, an intent's logical clouds) are the checks' own."""
     follows: Follows | None = None
     """How a delivered kind follows the APIs it touches; None: placed by its own placement (everywhere when
     its spec has none)."""
@@ -187,6 +218,10 @@ class KindRegistry:
 
     def cluster_made(self) -> list[KindInfo]:
         return [k for k in self if k.cluster_made]
+
+    def referencing(self, kind: str) -> list[tuple[KindInfo, Reference]]:
+        """The kinds whose spec names objects of `kind`, each with the field that does."""
+        return [(info, ref) for info in self for ref in info.references if ref.kind == kind]
 
     def feeding(self, feed: Feed) -> list[KindInfo]:
         return [k for k in self if feed in k.feeds]
@@ -309,6 +344,7 @@ REGISTRY = KindRegistry(
             SubscriptionSpec,
             message=resources_pb2.Subscription,
             names=("Application", "API"),
+            references=(Reference("application", "Application"), Reference("api", "API")),
             follows=Follows.NAMED_API,
             writers=_SUBSCRIBER,
             feeds=frozenset({Feed.ACCESS}),
@@ -332,6 +368,8 @@ REGISTRY = KindRegistry(
             message=resources_pb2.ApplicationKey,
             writable=False,
             exposed=False,
+            names=("Application",),
+            references=(Reference("application", "Application", OnDelete.CASCADE),),
             follows=Follows.APPLICATION,
             writers=_SUBSCRIBER,
             feeds=frozenset({Feed.ACCESS}),

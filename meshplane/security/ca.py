@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from meshplane import secret_files
 from meshplane.model.meta import check_name
 
 CLUSTER_URI_PREFIX = "spiffe://meshplane/cluster/"
@@ -243,27 +243,12 @@ def load_pair(certificate: Path, key: Path) -> KeyPair:
     return pair
 
 
-def _write_new(path: Path, data: bytes, mode: int) -> None:
-    """Create `path` with `mode`; never replaces an existing file."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
-
-
-def _replace(path: Path, data: bytes, mode: int) -> None:
-    """Write `path` anew in one step: readers see the old file or the new one, never a part."""
-    partial = path.with_name(f".{path.name}.new")
-    partial.unlink(missing_ok=True)
-    _write_new(partial, data, mode)
-    os.replace(partial, path)
-
-
 def _store(pair: KeyPair, certificate: Path, key: Path) -> None:
     """The key (0600) and then the certificate; neither or both are left behind."""
     certificate.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _write_new(key, pair.key_pem(), 0o600)
+    secret_files.create(key, pair.key_pem())
     try:
-        _write_new(certificate, pair.certificate_pem(), 0o644)
+        secret_files.create(certificate, pair.certificate_pem(), mode=0o644)
     except BaseException:
         key.unlink()
         raise
@@ -356,8 +341,8 @@ class Pki:
 
     def _replace_leaf(self, files: CertificateFiles, pair: KeyPair) -> None:
         files.certificate.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _replace(files.key, pair.key_pem(), 0o600)
-        _replace(files.certificate, pair.certificate_pem(), 0o644)
+        secret_files.replace(files.key, pair.key_pem())
+        secret_files.replace(files.certificate, pair.certificate_pem(), mode=0o644)
 
     def missing_server_names(self, names: Iterable[str]) -> set[str]:
         """Which of `names` the server certificate on disk does not cover."""
@@ -398,12 +383,12 @@ class Pki:
         for src, dst, mode in (*copies, (source.ca, target.ca, 0o644)):
             data = src.read_bytes()
             if renewed and dst != target.ca:
-                _replace(dst, data, mode)
+                secret_files.replace(dst, data, mode=mode)
                 continue
             if dst.exists():
                 if dst.read_bytes() != data:
                     raise PkiError(f"{dst} exists and differs from {src}; remove it or choose another --out")
                 continue
             with contextlib.suppress(FileExistsError):
-                _write_new(dst, data, mode)
+                secret_files.create(dst, data, mode=mode)
         return target

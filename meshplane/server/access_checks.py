@@ -1,8 +1,8 @@
 """Write-time checks for API management kinds that need the store.
 
-What a Subscription or RateLimitPolicy names must exist (422 with the field path); an application
-subscribes to an API once (409); an API whose routes would meet another's at a gateway is refused
-(409, see api_conflicts; another project's API is not named).
+What a RateLimitPolicy targets must exist (422 with the field path; what a Subscription names is checked as
+every kind's references are, see references); an application subscribes to an API once (409); an API whose
+routes would meet another's at a gateway is refused (409, see api_conflicts; another project's API is not named).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, Subscripti
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
-from meshplane.model.stored import ObjectKey, StoredObject
+from meshplane.model.stored import StoredObject
 from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
 from meshplane.server.placement import placed_clusters, served_placement
 from meshplane.server.problems import Problem
-from meshplane.store.batch import Fence
+from meshplane.server.references import missing
 from meshplane.store.errors import NotFound
 from meshplane.store.store import Store
 
@@ -51,26 +51,6 @@ async def check_access(store: Store, resource: Resource, lookup: ApiLookup | Non
     return None
 
 
-def referenced(resource: Resource) -> tuple[ObjectKey, ...]:
-    """The objects a write of `resource` must find live when it commits: a subscription's application and
-    API, so one deleted after the check (whose delete saw no subscription yet) refuses the write."""
-    spec = resource.spec
-    project = resource.metadata.project or ""
-    if isinstance(spec, SubscriptionSpec):
-        return (("Application", project, spec.application), ("API", project, spec.api))
-    return ()
-
-
-def missing_reference(resource: Resource, missing: NotFound) -> InvalidObject | None:
-    """The refusal of a write whose `referenced` object was gone when it committed, as the check words it."""
-    spec = resource.spec
-    if isinstance(spec, SubscriptionSpec):
-        for path, kind, name in (("spec.application", "Application", spec.application), ("spec.api", "API", spec.api)):
-            if (missing.kind, missing.name) == (kind, name):
-                return InvalidObject([_missing(path, kind, name, missing.project)])
-    return None
-
-
 def collides_with_access_checks(resource: Resource, other: StoredObject) -> bool:
     """Whether a stored object the checks here did not see could have refused `resource`: an API whose routes
     may meet its routes, or a subscription of the same application to the same API. May say yes too often,
@@ -94,15 +74,7 @@ async def _stored_api(store: Store, project: str, name: str) -> StoredObject | N
 
 
 async def _check_subscription(store: Store, project: str, name: str, spec: SubscriptionSpec) -> int:
-    errors = []
-    try:
-        await store.get("Application", project, spec.application)
-    except NotFound:
-        errors.append(_missing("spec.application", "Application", spec.application, project))
-    if await _stored_api(store, project, spec.api) is None:
-        errors.append(_missing("spec.api", "API", spec.api, project))
-    if errors:
-        raise InvalidObject(errors)
+    """An application subscribes to an API once (that both exist is a reference check, done before)."""
     subscriptions, revision = await store.list("Subscription", project)
     for other in subscriptions:
         if other.name != name and (other.spec["application"], other.spec["api"]) == (spec.application, spec.api):
@@ -119,7 +91,7 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
     path = "spec.target.api" if target.kind is TargetKind.SUBSCRIPTION_PLAN else "spec.target.name"
     stored = await _stored_api(store, project, api_name)
     if stored is None:
-        raise InvalidObject([_missing(path, "API", api_name, project)])
+        raise InvalidObject([missing(path, "API", api_name, project)])
     if target.operation is not None:
         api = APISpec.model_validate(stored.spec)
         wanted = (target.operation.method.upper(), target.operation.path)
@@ -183,42 +155,3 @@ def _may_meet(spec: APISpec, base_path: str, hostnames: list[str]) -> bool:
 def _meet(a: Placement, placed_a: frozenset[str], b: Placement, clusters: dict[str, dict[str, str]]) -> bool:
     """Two APIs meet on a gateway if some cluster takes both, or (no cluster yet) they ask for the same ones."""
     return a == b or bool(placed_a & placed_clusters(b, clusters))
-
-
-def _missing(path: str, kind: str, name: str, project: str) -> FieldError:
-    return FieldError(path=path, message=f"{kind} {name!r} does not exist in project {project!r}")
-
-
-_SUBSCRIBED_BY = {"Application": "application", "API": "api"}
-"""The kinds a subscription ties together, and the field of its spec that names each."""
-
-
-async def refuse_subscribed(store: Store, kind: str, project: str, name: str) -> Fence | None:
-    """An application or an API is not deleted while subscriptions name it (409, naming them, all of the
-    project): one re-created under the same name would inherit them, and a subscription is the consumer's
-    agreement, which a delete must not drop unseen. The fence refuses the delete if one lands meanwhile."""
-    field = _SUBSCRIBED_BY.get(kind)
-    if field is None:
-        return None
-
-    def names_it(other: StoredObject) -> bool:
-        return other.project == project and other.spec.get(field) == name
-
-    subscriptions, revision = await store.list("Subscription", project, where=names_it)
-    if subscriptions:
-        listed = ", ".join(sorted(other.name for other in subscriptions))
-        raise Problem(409, f"{kind} {name} is still named by subscriptions {listed}; delete them first")
-    return Fence(revision, frozenset({"Subscription"}), names_it)
-
-
-async def delete_dependents(store: Store, kind: str, project: str, name: str) -> None:
-    """An application's key records go with it: each is bound to the application's uid (see credentials), so
-    no gateway would take its key for another application of the name, and none is left to look at."""
-    if kind != "Application":
-        return
-    records, _ = await store.list("ApplicationKey", project, where=lambda o: o.spec["application"] == name)
-    for record in records:
-        try:
-            await store.delete("ApplicationKey", project, record.name)
-        except NotFound:
-            continue

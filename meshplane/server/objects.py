@@ -18,18 +18,17 @@ from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.model.stored import StoredObject, to_resource
 from meshplane.observability.tracing import current_carrier, tracer
-from meshplane.server.access_checks import (
-    ApiLookup,
-    check_access,
-    collides_with_access_checks,
-    delete_dependents,
-    missing_reference,
-    referenced,
-    refuse_subscribed,
-)
+from meshplane.server.access_checks import ApiLookup, check_access, collides_with_access_checks
 from meshplane.server.continuation import ContinueTokens
 from meshplane.server.intent_checks import check_intent, collides_with_intent_claims
 from meshplane.server.problems import Problem
+from meshplane.server.references import (
+    check_references,
+    delete_dependents,
+    missing_reference,
+    referenced,
+    refuse_referenced,
+)
 from meshplane.server.service_endpoints import rehome
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
@@ -214,6 +213,7 @@ class ObjectService:
         checked by the write itself (see `_in_project`)."""
 
         async def check() -> Fence | None:
+            await check_references(self.store, resource)
             seen = [
                 await check_intent(self.store, resource),
                 await check_access(self.store, resource, self.api_lookup),
@@ -330,7 +330,7 @@ class ObjectService:
             async def check() -> Fence | None:
                 if info.kind == "Project":
                     return await self._refuse_non_empty_project(name)
-                return await refuse_subscribed(self.store, info.kind, project or "", name)
+                return await refuse_referenced(self.store, info.kind, project or "", name)
 
             async def delete(fence: Fence | None) -> StoredObject:
                 return await self.store.delete(

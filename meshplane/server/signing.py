@@ -21,6 +21,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from meshplane import secret_files
 from meshplane.observability.logging import get_logger
 from meshplane.store.errors import AlreadyExists, Conflict, NotFound
 from meshplane.store.store import Store
@@ -84,9 +85,7 @@ class SigningKeys:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
         path = self.directory / f"{key.kid}.pem"
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(pem)
+        secret_files.create(path, pem)
         # The newest file signs, and file times can tie (coarse clocks) or lie ahead (a clock stepped back).
         stamp = max(time.time_ns(), newest + 1)
         os.utime(path, ns=(stamp, stamp))

@@ -10,9 +10,6 @@ PostgreSQL: writers serialize on the `meta` row lock; readers ask for REPEATABLE
 
 from __future__ import annotations
 
-import contextlib
-import os
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +18,8 @@ from typing import Any
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from meshplane import secret_files
 
 _WRITE = "meshplane_write"
 _BUSY_TIMEOUT_MS = 30_000
@@ -65,12 +64,9 @@ def _enable_wal(cursor: Any) -> None:
 
 def _private_files(database: Path) -> None:
     """Only the server's user may read or write the store's files."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    for path in (database, database.with_name(f"{database.name}-wal"), database.with_name(f"{database.name}-shm")):
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_IMODE(path.stat().st_mode) & 0o077:
-                path.chmod(0o600)
+    secret_files.ensure_private(database)
+    secret_files.tighten(database.with_name(f"{database.name}-wal"))
+    secret_files.tighten(database.with_name(f"{database.name}-shm"))
 
 
 def _sqlite(url: str, database: str | None) -> Engines:

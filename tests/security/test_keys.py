@@ -436,7 +436,7 @@ async def test_a_subscription_landing_after_a_deletes_look_refuses_the_delete(
     store: Store, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     service = await stored_project(store)
-    looked = objects_module.refuse_subscribed
+    looked = objects_module.refuse_referenced
     landed = []
 
     async def look_then_land(*args: Any) -> Fence | None:
@@ -445,7 +445,7 @@ async def test_a_subscription_landing_after_a_deletes_look_refuses_the_delete(
             landed.append(await store.create("Subscription", "shop", "mobile-orders", spec=SUBSCRIPTION["spec"]))
         return fence
 
-    monkeypatch.setattr(objects_module, "refuse_subscribed", look_then_land)
+    monkeypatch.setattr(objects_module, "refuse_referenced", look_then_land)
 
     with pytest.raises(Problem) as refused:
         await service.delete(REGISTRY.get(kind), "shop", "mobile" if kind == "Application" else "orders")

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
+from meshplane import secret_files
 from meshplane.agent.kube.serviceaccount import SERVICE_ACCOUNT_DIR, ServiceAccountToken, api_server_url
 
 FIELD_MANAGER = "meshplane-agent"
@@ -81,7 +82,7 @@ def _ssl_context(config_dir: Path, cluster: Mapping[str, Any], user: Mapping[str
         with tempfile.TemporaryDirectory() as tmp:
             cert, key = Path(tmp) / "client.crt", Path(tmp) / "client.key"
             cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            secret_files.create(key, base64.b64decode(user["client-key-data"]))
             context.load_cert_chain(cert, key)
     elif user.get("client-certificate"):
         context.load_cert_chain(

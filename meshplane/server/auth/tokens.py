@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from meshplane import secret_files
 from meshplane.model.roles import Role
 from meshplane.observability.logging import get_logger
 from meshplane.server.auth.principal import Principal
@@ -132,10 +132,5 @@ class TokenService:
             return
         _, token = await self.issue(BOOTSTRAP, Role.ADMIN, None)
         token_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = token_file.with_suffix(".partial")
-        partial.unlink(missing_ok=True)  # a leftover may have any mode: the token is written to a new file only
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(token + "\n")
-        os.replace(partial, token_file)
+        secret_files.replace(token_file, (token + "\n").encode())
         log.info("admin token written", path=str(token_file))

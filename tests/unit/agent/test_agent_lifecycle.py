@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,42 @@ async def test_an_agent_whose_sync_dies_stops_naming_it(tmp_path: Path, monkeypa
         await asyncio.wait_for(agent.run(asyncio.Event()), 10)
 
     assert not port_open(xds_port) and not port_open(admin_port)
+
+
+async def test_a_running_agent_rebuilds_its_gateways_when_its_key_expiry_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def waits(self: Agent) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(Agent, "sync", waits)
+    admin_port = free_port()
+    agent = await assemble(settings(tmp_path, f"127.0.0.1:{admin_port}", free_port()))
+    rebuilds = 0
+    rebuild = agent.rebuild
+
+    async def counted() -> None:
+        nonlocal rebuilds
+        rebuilds += 1
+        await rebuild()
+
+    agent.rebuild = counted  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.run(stop))
+    try:
+        for _ in range(100):
+            if port_open(admin_port):
+                break
+            await asyncio.sleep(0.05)
+        started = rebuilds
+
+        agent.key_expiry.move_to(time.time())  # a key record ran out
+        for _ in range(100):
+            if rebuilds > started:
+                break
+            await asyncio.sleep(0.05)
+
+        assert rebuilds == started + 1
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)

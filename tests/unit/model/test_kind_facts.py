@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from meshplane.model.registry import REGISTRY, Feed, Follows, Scope
+from meshplane.model.registry import REGISTRY, Feed, Follows, OnDelete, Reference, Scope
 from meshplane.model.roles import Role
 from meshplane.server.auth.principal import Principal, require_write, writers
 from meshplane.server.feeder import _WATCHED_KINDS
 from meshplane.server.manifests import RENDERED_FROM
 from meshplane.server.placement import follows
 from meshplane.server.problems import Problem
+from meshplane.server.references import missing_reference, referenced
+from meshplane.store.errors import NotFound
+from meshplane_testing import documents
 
 
 def test_a_follower_is_a_delivered_kind_of_a_project() -> None:
@@ -73,3 +76,50 @@ def test_the_access_feed_is_what_the_enforcer_and_limiter_are_built_from() -> No
         "ApplicationKey",
         "KeySet",
     }
+
+
+def test_the_fields_naming_another_object_are_the_entrys_references() -> None:
+    assert {info.kind: info.references for info in REGISTRY if info.references} == {
+        "Subscription": (Reference("application", "Application"), Reference("api", "API")),
+        "ApplicationKey": (Reference("application", "Application", OnDelete.CASCADE),),
+    }
+
+
+def test_a_reference_is_a_spec_field_naming_a_kind_of_the_same_project_its_entry_names() -> None:
+    for info in REGISTRY:
+        wire_fields = {field.alias or name for name, field in info.spec.model_fields.items()}
+        for reference in info.references:
+            assert reference.field in wire_fields, (info.kind, reference)
+            assert reference.kind in info.names, (info.kind, reference)
+            assert info.namespaced and REGISTRY.get(reference.kind).namespaced, (info.kind, reference)
+
+
+def test_what_a_delete_refuses_or_takes_along_is_read_from_the_registry() -> None:
+    assert [(info.kind, ref.field, ref.on_delete) for info, ref in REGISTRY.referencing("Application")] == [
+        ("Subscription", "application", OnDelete.REFUSE),
+        ("ApplicationKey", "application", OnDelete.CASCADE),
+    ]
+    assert [info.kind for info, _ in REGISTRY.referencing("API")] == ["Subscription"]
+    assert REGISTRY.referencing("Project") == REGISTRY.referencing("LogicalCloud") == []
+
+
+def test_a_write_must_find_live_what_its_references_name() -> None:
+    subscription = REGISTRY.parse(
+        documents.document(
+            "Subscription", "mobile-orders", spec={"application": "mobile", "api": "orders"}, project="shop"
+        )
+    )
+    api = REGISTRY.parse(
+        documents.document(
+            "API",
+            "orders",
+            spec={"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": 9001}]},
+            project="shop",
+        )
+    )
+
+    assert referenced(subscription) == (("Application", "shop", "mobile"), ("API", "shop", "orders"))
+    assert referenced(api) == ()
+    refused = missing_reference(subscription, NotFound("API", "shop", "orders"))
+    assert refused is not None and [error.path for error in refused.errors] == ["spec.api"]
+    assert missing_reference(subscription, NotFound("Application", "shop", "other")) is None
