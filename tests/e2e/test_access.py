@@ -20,6 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from meshplane_testing import documents
+from meshplane_testing.access_fleet import ISSUER, PROJECT, data_plane, declare, issue, put
 from meshplane_testing.envoy import EnvoyProcess
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.identity import IdentityProvider
@@ -30,7 +31,6 @@ from meshplane_testing.meshplane import (
 )
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
-from tests.e2e.access_fleet import ISSUER, PROJECT, data_plane, declare, issue, put
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 

@@ -23,8 +23,8 @@ from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, create
 from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
+from meshplane_testing.translate_factories import api, backend
 from meshplane_testing.upstream import run_upstream
-from tests.unit.translate.factories import api, backend
 
 PROTECTED = (ProtectedPort("the agent's xDS", "127.0.0.1", 18001), ProtectedPort("Envoy's admin", "127.0.0.1", 19000))
 

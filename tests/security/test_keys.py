@@ -37,16 +37,16 @@ from meshplane.store.store import Store
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import pack
 from meshplane_testing import documents
+from meshplane_testing.enforcer_factories import NOW, check_request, loaded, update
+from meshplane_testing.enforcer_factories import api as enforcer_api
+from meshplane_testing.enforcer_factories import application as enforcer_application
+from meshplane_testing.enforcer_factories import key as enforcer_key
+from meshplane_testing.enforcer_factories import subscription as enforcer_subscription
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_enforcer, run_server
 from meshplane_testing.process import free_port
 from meshplane_testing.upstream import run_upstream
-from tests.unit.enforcer.factories import NOW, check_request, loaded, update
-from tests.unit.enforcer.factories import api as enforcer_api
-from tests.unit.enforcer.factories import application as enforcer_application
-from tests.unit.enforcer.factories import key as enforcer_key
-from tests.unit.enforcer.factories import subscription as enforcer_subscription
 
 pytestmark = pytest.mark.timeout(120)
 
