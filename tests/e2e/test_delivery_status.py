@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from meshplane.agent.bootstrap import envoy_bootstrap
+from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.meshplane import run_agent, run_server
@@ -20,11 +21,7 @@ from meshplane_testing.upstream import run_upstream
 
 
 def api(port: int, operations: list[dict]) -> dict:
-    return {
-        "kind": "API",
-        "metadata": {"name": "orders", "project": "default"},
-        "spec": {"basePath": "/orders", "operations": operations, "backends": [{"host": "127.0.0.1", "port": port}]},
-    }
+    return documents.api("orders", operations=operations, backends=[documents.backend(port)])
 
 
 def wait_for_status(rest: httpx.Client, expect: Callable[[list[dict]], bool], timeout: float = 15.0) -> dict:
