@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -21,6 +22,7 @@ import httpx
 from meshplane.client import MeshplaneClient
 from meshplane.security.ca import CertificateFiles, Pki
 from meshplane_testing.metrics import Scrape
+from meshplane_testing.north import put
 from meshplane_testing.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
@@ -81,6 +83,11 @@ class ServerProcess:
     def client(self, timeout: float = 10.0) -> MeshplaneClient:
         """The typed client of the north API (the CLI's own), signed in as the admin."""
         return MeshplaneClient(self.url, self.token, timeout, self.pki.ca_certificate if self.https else None)
+
+    def put(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """As the admin, create or replace `doc`, asserting the server took it; the stored object."""
+        with self.http() as http:
+            return put(http, doc)
 
     def scrape(self) -> Scrape:
         """The server's Prometheus metrics, read from the north API."""

@@ -23,6 +23,7 @@ from meshplane.agent.runtime import API_TYPE, Agent, assemble
 from meshplane.config import AgentSettings, ServerSettings
 from meshplane.observability.tracing import configure_tracing, tracer
 from meshplane.server.main import run_server
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.process import free_port
@@ -129,11 +130,7 @@ def traceparent() -> tuple[int, int, str]:
 
 
 async def put_api(server: Server, upstream_port: int, header: str) -> None:
-    doc = {
-        "kind": "API",
-        "metadata": {"name": "orders"},
-        "spec": {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": upstream_port}]},
-    }
+    doc = documents.api("orders", backends=[documents.backend(upstream_port)])
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
         response = await http.put(
             "/v1/projects/default/apis/orders", json=doc, headers={**server.headers, "traceparent": header}
