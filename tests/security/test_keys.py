@@ -174,7 +174,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("keys-rest")
     with run_server(tmp) as server, server.http() as api:
         for project in ("shop", "rival"):
-            created = api.post("/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}})
+            created = api.post("/v1/projects", json=documents.project(project))
             assert created.status_code == 201, created.text
             backends = [{"host": "127.0.0.1", "port": 9001}]
             put(
@@ -303,7 +303,7 @@ def test_concurrent_imports_of_one_key_store_exactly_one(server: ServerProcess, 
 def test_a_fleet_wide_viewer_reads_a_clusters_resources_without_key_digests(
     server: ServerProcess, api: httpx.Client
 ) -> None:
-    cluster = {"kind": "Cluster", "metadata": {"name": "audited"}, "spec": {}}
+    cluster = documents.cluster("audited")
     assert api.put("/v1/clusters/audited", json=cluster).status_code in (200, 201)
     app = application(api)
     imported = secrets.token_urlsafe(32)
