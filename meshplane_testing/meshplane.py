@@ -21,6 +21,7 @@ import httpx
 
 from meshplane.client import MeshplaneClient
 from meshplane.security.ca import CertificateFiles, Pki
+from meshplane_testing import documents
 from meshplane_testing.metrics import Scrape
 from meshplane_testing.north import put
 from meshplane_testing.process import Process, free_port, port_open, running
@@ -107,11 +108,9 @@ class ServerProcess:
         with self.http() as http:
             shown = http.get(f"/v1/clusters/{cluster}")
             current = shown.json() if shown.status_code == 200 else {"metadata": {}, "spec": {}}
-            metadata = {"name": cluster, "labels": current["metadata"].get("labels", {})}
+            labels = current["metadata"].get("labels", {})
             spec = {**current["spec"], "publish": {"projects": list(projects)}}
-            http.put(
-                f"/v1/clusters/{cluster}", json={"kind": "Cluster", "metadata": metadata, "spec": spec}
-            ).raise_for_status()
+            put(http, documents.document("Cluster", cluster, labels=labels, spec=spec))
 
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""
