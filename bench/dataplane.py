@@ -26,9 +26,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import httpx
 
 from bench.common import nginx, wrk
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
+from meshplane_testing.north import put
 from meshplane_testing.process import free_port
 from meshplane_testing.redis import start_redis
 
@@ -45,37 +47,16 @@ FLOOR = "bare"
 
 def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
     """The four APIs and a subscribed application; its signed key and an imported opaque key."""
-
-    def put(plural: str, kind: str, name: str, spec: dict[str, Any]) -> None:
-        body = {"kind": kind, "metadata": {"name": name, "project": PROJECT}, "spec": spec}
-        response = api.put(f"/v1/projects/{PROJECT}/{plural}/{name}", json=body)
-        response.raise_for_status()
-
-    backend = [{"host": "127.0.0.1", "port": upstream}]
+    backend = [documents.backend(upstream)]
     signed = {"apiKey": {"header": "x-api-key"}}
-    put("apis", "API", "bare", {"basePath": "/bare", "backends": backend})
-    put(
-        "apis",
-        "API",
-        "native",
-        {"basePath": "/native", "backends": backend, "authentication": signed, "rateLimit": HIGH},
-    )
-    put(
-        "apis",
-        "API",
-        "global",
-        {
-            "basePath": "/global",
-            "backends": backend,
-            "authentication": signed,
-            "rateLimit": {**HIGH, "scope": "global"},
-        },
-    )
     opaque = {"apiKey": {"header": "x-api-key", "mode": "opaque"}}
-    put("apis", "API", "opaque", {"basePath": "/opaque", "backends": backend, "authentication": opaque})
-    put("applications", "Application", "bench", {})
+    put(api, documents.api("bare", backends=backend))
+    put(api, documents.api("native", backends=backend, authentication=signed, rateLimit=HIGH))
+    put(api, documents.api("global", backends=backend, authentication=signed, rateLimit={**HIGH, "scope": "global"}))
+    put(api, documents.api("opaque", backends=backend, authentication=opaque))
+    put(api, documents.application("bench"))
     for target in ("native", "global", "opaque"):
-        put("subscriptions", "Subscription", f"bench-{target}", {"application": "bench", "api": target})
+        put(api, documents.subscription(f"bench-{target}", application="bench", api=target))
     keys = {"signed": api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={}).json()["key"]}
     keys["opaque"] = secrets.token_urlsafe(32)
     api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={"key": keys["opaque"]}).raise_for_status()

@@ -23,10 +23,11 @@ from typing import Any
 import grpc
 import httpx
 
-from bench.common import api_path, raise_fd_limit
+from bench.common import raise_fd_limit
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS
 from meshplane_testing import documents
+from meshplane_testing.north import put
 
 BACKEND_PORT = 9
 """Where the APIs the clients are given send traffic: nothing does, only the configuration matters."""
@@ -210,9 +211,7 @@ def plans(
 
 def put_api(api: httpx.Client, name: str, base_path: str, backend_base_path: str = "/") -> None:
     """An API for every cluster (no placement): what the clients are given to hold."""
-    api.put(
-        api_path(name),
-        json=documents.api(
-            name, basePath=base_path, backends=[documents.backend(BACKEND_PORT, basePath=backend_base_path)]
-        ),
-    ).raise_for_status()
+    put(
+        api,
+        documents.api(name, basePath=base_path, backends=[documents.backend(BACKEND_PORT, basePath=backend_base_path)]),
+    )

@@ -47,6 +47,7 @@ from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
 from meshplane_testing.documents import api, backend
 from meshplane_testing.envoy import run_envoy
+from meshplane_testing.eventually import eventually_async
 from meshplane_testing.meshplane import run_agent
 from meshplane_testing.postgres import PostgresServer
 from meshplane_testing.process import free_port
@@ -88,11 +89,11 @@ class Poller:
 
     async def wait_for(self, path: str) -> None:
         """Poll every POLL_INTERVAL until the upstream sees `path`; TimeoutError after CHANGE_TIMEOUT."""
-        async with asyncio.timeout(CHANGE_TIMEOUT):
-            while True:
-                if await self.echoed_path() == path:
-                    return
-                await asyncio.sleep(POLL_INTERVAL)
+
+        async def seen() -> bool:
+            return await self.echoed_path() == path
+
+        await eventually_async(seen, timeout=CHANGE_TIMEOUT, interval=POLL_INTERVAL, what=f"the upstream to see {path}")
 
     async def _get(self) -> tuple[int, bytes]:
         if self._reader is None or self._writer is None:

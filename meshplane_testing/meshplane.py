@@ -14,13 +14,16 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 
 from meshplane.client import MeshplaneClient
 from meshplane.security.ca import CertificateFiles, Pki
+from meshplane_testing import documents
 from meshplane_testing.metrics import Scrape
+from meshplane_testing.north import put
 from meshplane_testing.process import Process, free_port, port_open, running
 
 MESHPLANE = [sys.executable, "-m", "meshplane"]
@@ -82,6 +85,11 @@ class ServerProcess:
         """The typed client of the north API (the CLI's own), signed in as the admin."""
         return MeshplaneClient(self.url, self.token, timeout, self.pki.ca_certificate if self.https else None)
 
+    def put(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """As the admin, create or replace `doc`, asserting the server took it; the stored object."""
+        with self.http() as http:
+            return put(http, doc)
+
     def scrape(self) -> Scrape:
         """The server's Prometheus metrics, read from the north API."""
         with self.http() as http:
@@ -100,11 +108,9 @@ class ServerProcess:
         with self.http() as http:
             shown = http.get(f"/v1/clusters/{cluster}")
             current = shown.json() if shown.status_code == 200 else {"metadata": {}, "spec": {}}
-            metadata = {"name": cluster, "labels": current["metadata"].get("labels", {})}
+            labels = current["metadata"].get("labels", {})
             spec = {**current["spec"], "publish": {"projects": list(projects)}}
-            http.put(
-                f"/v1/clusters/{cluster}", json={"kind": "Cluster", "metadata": metadata, "spec": spec}
-            ).raise_for_status()
+            put(http, documents.document("Cluster", cluster, labels=labels, spec=spec))
 
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from meshplane.client import MeshplaneClient
+from meshplane.client import MeshplaneClient, Target, object_path
 
 
 @asynccontextmanager
@@ -24,6 +24,18 @@ async def north_client(app: FastAPI, projects: Iterable[str]) -> AsyncIterator[h
             )
             assert created.status_code == 201, created.text
         yield http
+
+
+def put(http: httpx.Client, doc: dict[str, Any]) -> dict[str, Any]:
+    """Create or replace `doc` where its kind, project and name say, asserting the server took it; the stored object.
+
+    For tests that hold a plain client of the north API (one signed in as someone in particular, say);
+    `MeshplaneClient.put` does the same where a test holds that.
+    """
+    target = Target.of(doc, None)
+    response = http.put(object_path(target.info, target.project, target.name), json=doc)
+    assert response.status_code in (200, 201), response.text
+    return response.json()
 
 
 class BlockingClient:

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 
+from meshplane_testing import documents
 from meshplane_testing.meshplane import ServerProcess
 
 
@@ -22,15 +23,7 @@ def object_path(doc: dict[str, Any]) -> str:
 
 def rival_apis(project: str, count: int, base_path: str = "/orders") -> list[dict[str, Any]]:
     """`count` APIs under one basePath: at most one of them may be accepted."""
-    backends = [{"host": "127.0.0.1", "port": 9001}]
-    return [
-        {
-            "kind": "API",
-            "metadata": {"name": f"orders-{n}", "project": project},
-            "spec": {"basePath": base_path, "backends": backends},
-        }
-        for n in range(count)
-    ]
+    return [documents.api(f"orders-{n}", project=project, basePath=base_path) for n in range(count)]
 
 
 def race_puts(servers: Sequence[ServerProcess], docs: Sequence[dict[str, Any]]) -> list[int]:

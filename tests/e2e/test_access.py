@@ -20,6 +20,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from meshplane_testing import documents
+from meshplane_testing.access_fleet import ISSUER, PROJECT, data_plane, declare, issue
 from meshplane_testing.envoy import EnvoyProcess
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.identity import IdentityProvider
@@ -28,9 +29,9 @@ from meshplane_testing.meshplane import (
     ServerProcess,
     run_server,
 )
+from meshplane_testing.north import put
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
-from tests.e2e.access_fleet import ISSUER, PROJECT, data_plane, declare, issue, put
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 
@@ -255,7 +256,6 @@ def test_limiter_down_lets_traffic_through_and_local_limits_hold_without_one(
     ):
         put(
             api,
-            "apis",
             documents.api(
                 "limited",
                 basePath="/limited",
@@ -265,7 +265,6 @@ def test_limiter_down_lets_traffic_through_and_local_limits_hold_without_one(
         )
         put(
             api,
-            "apis",
             documents.api(
                 "local",
                 basePath="/local",
@@ -295,7 +294,6 @@ def test_two_limiters_behind_two_gateways_share_one_count_in_redis(
         limit = {"requestsPerUnit": 4, "unit": "minute", "scope": "global"}
         put(
             api,
-            "apis",
             documents.api("shared", basePath="/shared", backends=[documents.backend(orders_port)], rateLimit=limit),
         )
         a, b = Gateway(agent_a.gateway_port), Gateway(agent_b.gateway_port)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from meshplane.agent.bootstrap import envoy_bootstrap
+from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
+from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.meshplane import run_agent, run_server
 from meshplane_testing.process import free_port
@@ -20,22 +21,17 @@ from meshplane_testing.upstream import run_upstream
 
 
 def api(port: int, operations: list[dict]) -> dict:
-    return {
-        "kind": "API",
-        "metadata": {"name": "orders", "project": "default"},
-        "spec": {"basePath": "/orders", "operations": operations, "backends": [{"host": "127.0.0.1", "port": port}]},
-    }
+    return documents.api("orders", operations=operations, backends=[documents.backend(port)])
 
 
 def wait_for_status(rest: httpx.Client, expect: Callable[[list[dict]], bool], timeout: float = 15.0) -> dict:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = rest.get("/v1/projects/default/apis/orders").json()
-        if expect(last.get("status", {}).get("clusters", [])):
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"status never matched; last: {last and last.get('status')}")
+    """API `orders` once its per-cluster status entries satisfy `expect`."""
+
+    def matched() -> dict | None:
+        shown = rest.get("/v1/projects/default/apis/orders").json()
+        return shown if expect(shown.get("status", {}).get("clusters", [])) else None
+
+    return eventually(matched, timeout=timeout, interval=0.1, what="the status of API orders")
 
 
 def rejected_route_updates(envoy: EnvoyProcess) -> int:

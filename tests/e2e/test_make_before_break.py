@@ -10,18 +10,11 @@ from typing import Any
 
 import httpx
 
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, from_upstream
 from meshplane_testing.meshplane import run_agent, run_server
 from meshplane_testing.upstream import run_upstream
-
-
-def api(backends: list[dict]) -> dict:
-    return {
-        "kind": "API",
-        "metadata": {"name": "orders", "project": "default"},
-        "spec": {"basePath": "/orders", "backends": backends},
-    }
 
 
 def alternate(
@@ -41,7 +34,9 @@ def alternate(
         envoy.wait_listener(agent.gateway_port)
         gateway = Gateway(agent.gateway_port)
         backends = versions(port_one, port_two)
-        rest.put("/v1/projects/default/apis/orders", json=api(backends["one"])).raise_for_status()
+        rest.put(
+            "/v1/projects/default/apis/orders", json=documents.api("orders", backends=backends["one"])
+        ).raise_for_status()
         gateway.wait_for("/orders/x", from_upstream("one"))
 
         statuses: list[int] = []
@@ -57,7 +52,9 @@ def alternate(
         try:
             for round_ in range(10):
                 upstream = "two" if round_ % 2 == 0 else "one"
-                rest.put("/v1/projects/default/apis/orders", json=api(backends[upstream])).raise_for_status()
+                rest.put(
+                    "/v1/projects/default/apis/orders", json=documents.api("orders", backends=backends[upstream])
+                ).raise_for_status()
                 gateway.wait_for("/orders/x", from_upstream(upstream))
                 time.sleep(0.1)
         finally:

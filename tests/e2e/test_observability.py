@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from meshplane.dataplane import RATELIMIT_DOMAIN
+from meshplane_testing.access_fleet import ISSUER, data_plane, declare
 from meshplane_testing.envoy import EnvoyProcess
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, status
@@ -26,7 +27,6 @@ from meshplane_testing.metrics import Scrape
 from meshplane_testing.process import Process
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
-from tests.e2e.access_fleet import ISSUER, data_plane, declare
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(150)]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.meshplane import run_agent, run_server
@@ -17,18 +18,14 @@ from meshplane_testing.upstream import run_upstream
 
 
 def orders_api(port: int, *, base_path: str = "/", operations: list[dict] | None = None) -> dict:
-    return {
-        "apiVersion": "meshplane.io/v1alpha1",
-        "kind": "API",
-        "metadata": {"name": "orders", "project": "default", "labels": {"team": "checkout"}},
-        "spec": {
-            "basePath": "/orders",
-            "operations": operations
-            if operations is not None
-            else [{"method": "GET", "path": "/items"}, {"method": "GET", "path": "/items/{id}"}],
-            "backends": [{"host": "127.0.0.1", "port": port, "basePath": base_path, "timeout": "5s"}],
-        },
-    }
+    return documents.api(
+        "orders",
+        labels={"team": "checkout"},
+        operations=operations
+        if operations is not None
+        else [{"method": "GET", "path": "/items"}, {"method": "GET", "path": "/items/{id}"}],
+        backends=[documents.backend(port, basePath=base_path, timeout="5s")],
+    )
 
 
 def test_api_changes_reach_real_traffic_through_three_versions(tmp_path: Path, server_database: str | None) -> None:

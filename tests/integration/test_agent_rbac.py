@@ -14,7 +14,7 @@ import pytest
 from meshplane.agent.kube import KubeClient, KubeRefused
 from meshplane.agent.kube.client import ResourceType
 from meshplane.model.resource import API_VERSION
-from meshplane_testing.documents import unique
+from meshplane_testing.documents import api, backend, unique
 from meshplane_testing.eventually import eventually
 from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, apis_path, create, delete
 from meshplane_testing.manifests import RESOURCES, documents
@@ -47,11 +47,7 @@ def allowed(kube: KubeAPIServer, token: str, **attributes: str) -> bool:
 
 
 def delivered(name: str, project: str, base_path: str) -> dict[str, Any]:
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": project},
-        "spec": {"basePath": base_path, "backends": [{"host": "orders.shop.svc", "port": 8080}]},
-    }
+    return api(name, project=project, basePath=base_path, backends=[backend(8080, host="orders.shop.svc")])
 
 
 def has_base_path(kube: KubeAPIServer, project: str, name: str, base_path: str) -> bool:

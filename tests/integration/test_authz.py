@@ -23,6 +23,7 @@ from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.store.store import Store
+from meshplane_testing import documents
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,7 +60,7 @@ def spec(kind: str, project: str) -> dict[str, Any]:
 
 
 def body(kind: str, name: str, project: str) -> dict[str, Any]:
-    return {"kind": kind, "metadata": {"name": name, "project": project}, "spec": spec(kind, project)}
+    return documents.document(kind, name, project=project, spec=spec(kind, project))
 
 
 @pytest.fixture

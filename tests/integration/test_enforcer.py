@@ -19,12 +19,12 @@ from meshplane.proto.v1 import enforcer_pb2
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 from meshplane.xds.server import XdsServer, add_to_server
+from meshplane_testing.enforcer_factories import api, application, by_type, check_request, key, subscription
 from meshplane_testing.eventually import eventually_async
 from meshplane_testing.meshplane import MESHPLANE
 from meshplane_testing.metrics import Scrape, scrape
 from meshplane_testing.process import Process, free_port, port_open, running
-from tests.unit.enforcer.factories import api, application, by_type, check_request, key, subscription
-from tests.unit.xds.support import Recorder
+from meshplane_testing.xds_doubles import Recorder
 
 GROUP = "enforcers"
 NODE_ID = "enforcer-under-test"

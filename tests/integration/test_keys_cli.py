@@ -9,6 +9,7 @@ from pathlib import Path
 import jwt
 import pytest
 
+from meshplane_testing import documents
 from meshplane_testing.cli import meshplane
 from meshplane_testing.meshplane import ServerProcess
 
@@ -18,9 +19,8 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture
 def mobile(server: ServerProcess) -> ServerProcess:
     """Application `mobile` in project `default`; the server."""
-    doc = {"kind": "Application", "metadata": {"name": "mobile"}, "spec": {}}
     with server.http() as http:
-        assert http.put("/v1/projects/default/applications/mobile", json=doc).is_success
+        assert http.put("/v1/projects/default/applications/mobile", json=documents.application("mobile")).is_success
     return server
 
 

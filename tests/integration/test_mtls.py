@@ -19,27 +19,13 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import Pki
+from meshplane_testing import documents
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port, running
 from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def api_on(cluster: str, name: str) -> dict:
-    spec = {
-        "basePath": f"/{name}",
-        "backends": [{"host": "127.0.0.1", "port": 9001}],
-        "placement": {"clusters": [cluster]},
-    }
-    return {"kind": "API", "metadata": {"name": name, "project": "default"}, "spec": spec}
-
-
-def put_api(server: ServerProcess, doc: dict) -> None:
-    with server.http() as http:
-        response = http.put(f"/v1/projects/default/apis/{doc['metadata']['name']}", json=doc)
-    assert response.status_code in (200, 201), response.text
 
 
 def cluster_connected(server: ServerProcess, cluster: str) -> bool:
@@ -76,7 +62,7 @@ def test_the_server_creates_its_ca_and_certificate_on_first_start(server: Server
 
 
 def test_an_agent_with_a_certificate_for_its_cluster_syncs(server: ServerProcess, tmp_path: Path) -> None:
-    put_api(server, api_on("edge-1", "orders"))
+    server.put(documents.api("orders", placement={"clusters": ["edge-1"]}))
     with run_agent(tmp_path, "edge-1", server) as agent:
         eventually(lambda: cluster_connected(server, "edge-1"), timeout=20, what="edge-1 to be connected")
         eventually(lambda: '"upserts": 1' in agent.process.log(), timeout=20, what="the agent to apply the API")
@@ -84,7 +70,7 @@ def test_an_agent_with_a_certificate_for_its_cluster_syncs(server: ServerProcess
 
 
 async def test_a_certificate_for_one_cluster_receives_that_cluster_only(server: ServerProcess) -> None:
-    put_api(server, api_on("edge-1", "billing"))
+    server.put(documents.api("billing", placement={"clusters": ["edge-1"]}))
     probe = SyncProbe(server.grpc_address, "edge-1", credentials=server.agent_credentials("edge-1"))
     await probe.register()
     await probe.sync_until(lambda p: "default/billing" in p.names())
@@ -176,7 +162,7 @@ def test_an_agent_without_a_certificate_refuses_to_start_and_says_how_to_get_one
 
 async def test_an_insecure_server_warns_and_trusts_the_node_id(tmp_path: Path) -> None:
     with run_server(tmp_path, insecure=True) as insecure:
-        put_api(insecure, api_on("edge-9", "anything"))
+        insecure.put(documents.api("anything", placement={"clusters": ["edge-9"]}))
         probe = SyncProbe(insecure.grpc_address, "edge-9")
         await probe.register()
         await probe.sync_until(lambda p: "default/anything" in p.names())

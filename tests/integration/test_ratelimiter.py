@@ -24,8 +24,8 @@ from meshplane.xds.server import NoCallbacks, XdsServer, add_to_server
 from meshplane_testing.meshplane import MESHPLANE
 from meshplane_testing.metrics import Scrape, scrape
 from meshplane_testing.process import Process, free_port, port_open, running
+from meshplane_testing.ratelimit_factories import OK, OVER_LIMIT, config, node, policy, request
 from meshplane_testing.redis import RedisServer
-from tests.unit.ratelimiter.support import OK, OVER_LIMIT, config, node, policy, request
 
 GROUP = "ratelimiters"
 PATIENCE = 15.0

@@ -9,8 +9,8 @@ import yaml
 
 from meshplane.client import load_documents
 from meshplane.server.render.offline import project_documents
+from meshplane_testing.istio_schema import crd_file
 from meshplane_testing.kube import KubeAPIServer
-from tests.unit.render.istio_schema import crd_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "intents"
 # external-dns' CRD is not among the shared schemas: DNSEndpoint records are checked offline only.

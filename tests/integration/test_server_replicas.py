@@ -4,41 +4,33 @@ background work (status roll-up) moves to a surviving replica when the leader di
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
+from meshplane_testing import documents
+from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
 from meshplane_testing.races import race_puts, rival_apis
 
 
-def put_api(server: ServerProcess, name: str, cluster: str, port: int = 9001) -> None:
-    doc = {
-        "kind": "API",
-        "metadata": {"name": name, "project": "default"},
-        "spec": {
-            "basePath": f"/{name}",
-            "backends": [{"host": "127.0.0.1", "port": port}],
-            "placement": {"clusters": [cluster]},
-        },
-    }
-    with server.http() as http:
-        response = http.put(f"/v1/projects/default/apis/{name}", json=doc)
-    assert response.status_code in (200, 201), response.text
+def put_api(server: ServerProcess, name: str, cluster: str) -> None:
+    """API `name` placed on `cluster` alone."""
+    server.put(documents.api(name, placement={"clusters": [cluster]}))
 
 
 def wait_all_applied(server: ServerProcess, names: list[str], timeout: float = 30.0) -> None:
     """Every API reports Applied at its current version on its one placed cluster."""
-    deadline = time.monotonic() + timeout
     pending = set(names)
     with server.http() as http:
-        while pending and time.monotonic() < deadline:
+
+        def all_applied() -> bool:
             for name in sorted(pending):
                 obj = http.get(f"/v1/projects/default/apis/{name}").json()
                 entries = obj.get("status", {}).get("clusters", [])
                 if [e["state"] for e in entries] == ["Applied"]:
                     pending.discard(name)
-            time.sleep(0.2)
-    assert not pending, f"not applied in time: {sorted(pending)}"
+            return not pending
+
+        eventually(all_applied, timeout=timeout, interval=0.2, what=f"APIs {sorted(names)} applied")
 
 
 def leads(server: ServerProcess) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from meshplane_testing import documents
 from meshplane_testing.cli import meshplane
 from meshplane_testing.documents import unique
 from meshplane_testing.envoy import unversioned
@@ -53,7 +54,7 @@ def endpoint(rest: httpx.Client, project: str, namespace: str, name: str) -> dic
 
 
 def add_project(rest: httpx.Client, name: str) -> None:
-    rest.post("/v1/projects", json={"kind": "Project", "metadata": {"name": name}, "spec": {}}).raise_for_status()
+    rest.post("/v1/projects", json=documents.project(name)).raise_for_status()
 
 
 def test_services_appear_follow_their_changes_and_go(tmp_path: Path, kube_apiserver: KubeAPIServer) -> None:

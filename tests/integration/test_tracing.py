@@ -23,7 +23,9 @@ from meshplane.agent.runtime import API_TYPE, Agent, assemble
 from meshplane.config import AgentSettings, ServerSettings
 from meshplane.observability.tracing import configure_tracing, tracer
 from meshplane.server.main import run_server
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
+from meshplane_testing.eventually import eventually_async
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.process import free_port
 from meshplane_testing.tcp_proxy import run_tcp_proxy
@@ -37,12 +39,12 @@ SPAN_NAMES = ("meshplane.write API", "meshplane.store.transaction", "meshplane.p
 
 async def trace_holding(spans: RecordedSpans, trace_id: int, *names: str) -> list[ReadableSpan]:
     """The trace's spans once it holds one of each name (spans are exported when they end)."""
-    async with asyncio.timeout(PATIENCE):
-        while True:
-            found = spans.finished(trace_id)
-            if {*names} <= {span.name for span in found}:
-                return found
-            await asyncio.sleep(0.05)
+
+    def complete() -> list[ReadableSpan] | None:
+        found = spans.finished(trace_id)
+        return found if {*names} <= {span.name for span in found} else None
+
+    return await eventually_async(complete, timeout=PATIENCE, what=f"spans {sorted(names)} of the trace")
 
 
 @dataclass
@@ -129,11 +131,7 @@ def traceparent() -> tuple[int, int, str]:
 
 
 async def put_api(server: Server, upstream_port: int, header: str) -> None:
-    doc = {
-        "kind": "API",
-        "metadata": {"name": "orders"},
-        "spec": {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": upstream_port}]},
-    }
+    doc = documents.api("orders", backends=[documents.backend(upstream_port)])
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
         response = await http.put(
             "/v1/projects/default/apis/orders", json=doc, headers={**server.headers, "traceparent": header}

@@ -16,6 +16,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import load_certificate
+from meshplane_testing import documents
 from meshplane_testing.meshplane import MESHPLANE, ServerProcess, run_replica, run_server
 from meshplane_testing.sync_probe import API_TYPE
 
@@ -28,15 +29,9 @@ REFUSED = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 def replicas(tmp_path: Path, shared_database: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two replicas on one store, and an API placed on edge-x and edge-y, so that their streams get an answer."""
     with run_server(tmp_path, shared_database, name="a") as a, run_replica(tmp_path, a, shared_database, "b") as b:
-        api = {
-            "kind": "API",
-            "metadata": {"name": "orders", "project": "default"},
-            "spec": {
-                "basePath": "/orders",
-                "backends": [{"host": "10.0.0.1", "port": 9001}],
-                "placement": {"clusters": ["edge-x", "edge-y"]},
-            },
-        }
+        api = documents.api(
+            "orders", backends=[documents.backend(9001, host="10.0.0.1")], placement={"clusters": ["edge-x", "edge-y"]}
+        )
         with a.http() as http:
             assert http.put("/v1/projects/default/apis/orders", json=api).status_code == 201
         yield a, b

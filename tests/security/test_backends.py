@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
+from meshplane_testing import documents
 from meshplane_testing.documents import unique
 from meshplane_testing.envoy import run_envoy, unversioned
 from meshplane_testing.eventually import eventually
@@ -23,8 +24,8 @@ from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.kube import KubeAPIServer, accepted, api_cr, create
 from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.process import free_port
+from meshplane_testing.translate_factories import api, backend
 from meshplane_testing.upstream import run_upstream
-from tests.unit.translate.factories import api, backend
 
 PROTECTED = (ProtectedPort("the agent's xDS", "127.0.0.1", 18001), ProtectedPort("Envoy's admin", "127.0.0.1", 19000))
 
@@ -120,24 +121,17 @@ def test_translation_leaves_a_refused_api_out_and_serves_the_others() -> None:
 
 
 def probe(name: str, host: str, port: int) -> dict[str, Any]:
-    return {
-        "kind": "API",
-        "metadata": {"name": name, "project": "default"},
-        "spec": {"basePath": f"/{name}", "backends": [{"host": host, "port": port}]},
-    }
+    return documents.api(name, backends=[documents.backend(port, host=host)])
 
 
 def cluster_status(rest: httpx.Client, name: str, timeout: float = 20.0) -> dict[str, Any]:
     """The API's delivery status on its one cluster, once that is no longer Pending."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = rest.get(f"/v1/projects/default/apis/{name}").json()
-        clusters = last.get("status", {}).get("clusters", [])
-        if clusters and clusters[0]["state"] != "Pending":
-            return clusters[0]
-        time.sleep(0.1)
-    raise AssertionError(f"{name}: status never settled; last: {last and last.get('status')}")
+
+    def settled() -> dict[str, Any] | None:
+        clusters = rest.get(f"/v1/projects/default/apis/{name}").json().get("status", {}).get("clusters", [])
+        return clusters[0] if clusters and clusters[0]["state"] != "Pending" else None
+
+    return eventually(settled, timeout=timeout, interval=0.1, what=f"the status of API {name} to settle")
 
 
 @pytest.fixture

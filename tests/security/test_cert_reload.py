@@ -13,6 +13,7 @@ import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import load_certificate
+from meshplane_testing import documents
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import MESHPLANE, AgentProcess, ServerProcess, run_agent, run_server
 
@@ -34,17 +35,9 @@ def serial_of(path: Path) -> str:
 
 
 def place_api(server: ServerProcess, name: str, cluster: str) -> None:
-    doc = {
-        "kind": "API",
-        "metadata": {"name": name, "project": "default"},
-        "spec": {
-            "basePath": f"/{name}",
-            "backends": [{"host": "10.0.0.1", "port": 9001}],
-            "placement": {"clusters": [cluster]},
-        },
-    }
-    with server.http() as http:
-        assert http.put(f"/v1/projects/default/apis/{name}", json=doc).status_code in (200, 201)
+    server.put(
+        documents.api(name, backends=[documents.backend(9001, host="10.0.0.1")], placement={"clusters": [cluster]})
+    )
 
 
 def applied(server: ServerProcess, name: str) -> bool:

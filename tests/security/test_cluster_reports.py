@@ -19,9 +19,11 @@ import pytest
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane_testing import documents
 from meshplane_testing.cli import meshplane
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.north import put
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -72,9 +74,7 @@ def report(server: ServerProcess, cluster: str, *objects: Any) -> tuple[grpc.Sta
 
 
 def add_project(rest: httpx.Client, name: str) -> None:
-    rest.put(
-        f"/v1/projects/{name}", json={"kind": "Project", "metadata": {"name": name}, "spec": {}}
-    ).raise_for_status()
+    put(rest, documents.project(name))
 
 
 def api_spec(base_path: str, **extra: Any) -> dict[str, Any]:
@@ -82,9 +82,7 @@ def api_spec(base_path: str, **extra: Any) -> dict[str, Any]:
 
 
 def put_api(rest: httpx.Client, project: str, name: str, spec: dict[str, Any]) -> None:
-    doc = {"kind": "API", "metadata": {"name": name, "project": project}, "spec": spec}
-    response = rest.put(f"/v1/projects/{project}/apis/{name}", json=doc)
-    assert response.status_code in (200, 201), response.text
+    put(rest, documents.api(name, project=project, **spec))
 
 
 def received(rest: httpx.Client, cluster: str) -> set[tuple[str, str]]:

@@ -18,18 +18,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from google.protobuf import struct_pb2
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.gateway import Gateway, from_upstream, status
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
+from meshplane_testing.north import put
 from meshplane_testing.upstream import run_upstream
 
 pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 
 PROJECT = "shop"
-
-
-def doc(kind: str, name: str, spec: dict) -> dict:
-    return {"kind": kind, "metadata": {"name": name, "project": PROJECT}, "spec": spec}
 
 
 def struct(value: dict) -> struct_pb2.Struct:
@@ -74,23 +72,16 @@ def test_what_cluster_a_reports_does_not_change_what_cluster_bs_gateway_serves(t
         run_server(tmp_path) as server,
         server.http() as rest,
     ):
-        rest.put(f"/v1/projects/{PROJECT}", json={"kind": "Project", "metadata": {"name": PROJECT}, "spec": {}})
-        backends = [{"host": "127.0.0.1", "port": port}]
+        rest.put(f"/v1/projects/{PROJECT}", json=documents.project(PROJECT))
+        backends = [documents.backend(port)]
         signed = {"apiKey": {"header": "x-api-key"}}
         on_b = {"clusters": ["b"]}
         for document in (
-            doc(
-                "API",
-                "orders",
-                {"basePath": "/orders", "backends": backends, "authentication": signed, "placement": on_b},
-            ),
-            doc("Application", "mobile", {}),
-            doc("Subscription", "mobile-orders", {"application": "mobile", "api": "orders", "plan": "gold"}),
+            documents.api("orders", project=PROJECT, backends=backends, authentication=signed, placement=on_b),
+            documents.application("mobile", project=PROJECT),
+            documents.subscription("mobile-orders", project=PROJECT, application="mobile", api="orders", plan="gold"),
         ):
-            plural = {"API": "apis", "Application": "applications", "Subscription": "subscriptions"}[document["kind"]]
-            rest.put(
-                f"/v1/projects/{PROJECT}/{plural}/{document['metadata']['name']}", json=document
-            ).raise_for_status()
+            put(rest, document)
         issued = rest.post(f"/v1/projects/{PROJECT}/applications/mobile/keys", json={}).raise_for_status().json()
         server.allow_publishing("a", PROJECT)  # the worst case: a cluster trusted with the project
 
@@ -122,8 +113,7 @@ def test_what_cluster_a_reports_does_not_change_what_cluster_bs_gateway_serves(t
                 assert codes == [grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.OK]
 
                 # Everything written so far has reached b's gateway once a later change placed on b has.
-                marker = doc("API", "marker", {"basePath": "/marker", "backends": backends, "placement": on_b})
-                rest.put(f"/v1/projects/{PROJECT}/apis/marker", json=marker).raise_for_status()
+                put(rest, documents.api("marker", project=PROJECT, backends=backends, placement=on_b))
                 gateway.wait_for("/marker/x", from_upstream("orders"))
 
                 assert gateway.request("GET", "/orders/items", headers=forged).status_code == 401

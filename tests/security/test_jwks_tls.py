@@ -23,9 +23,9 @@ from meshplane_testing.envoy import EnvoyProcess, run_envoy_config
 from meshplane_testing.eventually import eventually
 from meshplane_testing.identity import IdentityProvider, serve_key_set, server_certificate
 from meshplane_testing.process import free_port
+from meshplane_testing.static_bootstrap import static_bootstrap
+from meshplane_testing.translate_factories import LOOPBACK, api, backend
 from meshplane_testing.upstream import run_upstream
-from tests.unit.translate.factories import LOOPBACK, api, backend
-from tests.unit.translate.static_config import static_bootstrap
 
 ISSUER = "https://idp.test"
 SETTINGS = GatewaySettings(backends=LOOPBACK)

@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,29 +36,24 @@ from meshplane.store.store import Store
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import pack
 from meshplane_testing import documents
+from meshplane_testing.enforcer_factories import NOW, check_request, loaded, update
+from meshplane_testing.enforcer_factories import api as enforcer_api
+from meshplane_testing.enforcer_factories import application as enforcer_application
+from meshplane_testing.enforcer_factories import key as enforcer_key
+from meshplane_testing.enforcer_factories import subscription as enforcer_subscription
 from meshplane_testing.envoy import run_envoy
+from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_enforcer, run_server
+from meshplane_testing.north import put
 from meshplane_testing.process import free_port
 from meshplane_testing.upstream import run_upstream
-from tests.unit.enforcer.factories import NOW, check_request, loaded, update
-from tests.unit.enforcer.factories import api as enforcer_api
-from tests.unit.enforcer.factories import application as enforcer_application
-from tests.unit.enforcer.factories import key as enforcer_key
-from tests.unit.enforcer.factories import subscription as enforcer_subscription
 
 pytestmark = pytest.mark.timeout(120)
 
 PROJECT = "default"
 SIGNED = {"apiKey": {"header": "x-api-key"}}
 OPAQUE = {"apiKey": {"mode": "opaque", "header": "x-api-key"}}
-
-
-def put(api: httpx.Client, plural: str, document: dict[str, Any]) -> dict[str, Any]:
-    meta = document["metadata"]
-    response = api.put(f"/v1/projects/{meta['project']}/{plural}/{meta['name']}", json=document)
-    assert response.status_code in (200, 201), response.text
-    return response.json()
 
 
 def keys_path(application: str, project: str = PROJECT) -> str:
@@ -74,7 +68,7 @@ def issue(api: httpx.Client, application: str, project: str = PROJECT, **body: A
 
 def subscribe(api: httpx.Client, application: str, target: str, project: str = PROJECT) -> None:
     spec = {"application": application, "api": target}
-    put(api, "subscriptions", documents.document("Subscription", f"{application}-{target}", spec=spec, project=project))
+    put(api, documents.document("Subscription", f"{application}-{target}", spec=spec, project=project))
 
 
 def delete(api: httpx.Client, plural: str, name: str, project: str = PROJECT) -> httpx.Response:
@@ -107,7 +101,6 @@ def data_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataPlane]:
             backends = [{"host": "127.0.0.1", "port": port}]
             put(
                 api,
-                "apis",
                 documents.document(
                     "API", name, spec={"basePath": f"/{name}", "backends": backends, "authentication": auth}
                 ),
@@ -120,7 +113,7 @@ def data_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataPlane]:
 
 def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", documents.document("Application", "mobile", spec={}))
+    put(api, documents.document("Application", "mobile", spec={}))
     for target in ("signed", "opaque"):
         subscribe(api, "mobile", target)
     revoked, kept = issue(api, "mobile"), issue(api, "mobile")
@@ -134,7 +127,7 @@ def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane:
     for target in ("signed", "opaque"):
         assert delete(api, "subscriptions", f"mobile-{target}").status_code == 200
     assert delete(api, "applications", "mobile").status_code == 200
-    put(api, "applications", documents.document("Application", "mobile", spec={}))
+    put(api, documents.document("Application", "mobile", spec={}))
     for target in ("signed", "opaque"):
         subscribe(api, "mobile", target)
     fresh = issue(api, "mobile")
@@ -149,7 +142,7 @@ def test_a_key_of_a_deleted_application_never_works_for_its_namesake(data_plane:
 
 def test_a_key_whose_application_is_gone_is_refused_as_a_bad_credential(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", documents.document("Application", "gone", spec={}))
+    put(api, documents.document("Application", "gone", spec={}))
     subscribe(api, "gone", "signed")
     key = issue(api, "gone")["key"]
     gateway.wait_for("/signed/items", status(200), headers={"x-api-key": key}, timeout=30)
@@ -162,7 +155,7 @@ def test_a_key_whose_application_is_gone_is_refused_as_a_bad_credential(data_pla
 
 def test_the_agents_config_dump_shows_no_key_digest(data_plane: DataPlane) -> None:
     api, gateway = data_plane.api, data_plane.gateway
-    put(api, "applications", documents.document("Application", "dumped", spec={}))
+    put(api, documents.document("Application", "dumped", spec={}))
     subscribe(api, "dumped", "opaque")
     keys = [issue(api, "dumped")["key"], secrets.token_urlsafe(32)]
     issue(api, "dumped", key=keys[1])
@@ -181,12 +174,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     tmp = tmp_path_factory.mktemp("keys-rest")
     with run_server(tmp) as server, server.http() as api:
         for project in ("shop", "rival"):
-            created = api.post("/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}})
+            created = api.post("/v1/projects", json=documents.project(project))
             assert created.status_code == 201, created.text
             backends = [{"host": "127.0.0.1", "port": 9001}]
             put(
                 api,
-                "apis",
                 documents.document(
                     "API", "orders", spec={"basePath": f"/{project}", "backends": backends}, project=project
                 ),
@@ -202,7 +194,7 @@ def api(server: ServerProcess) -> Iterator[httpx.Client]:
 
 def application(api: httpx.Client, project: str = "shop") -> str:
     name = f"app-{secrets.token_hex(4)}"
-    put(api, "applications", documents.document("Application", name, spec={}, project=project))
+    put(api, documents.document("Application", name, spec={}, project=project))
     return name
 
 
@@ -226,7 +218,6 @@ def test_an_api_with_subscriptions_is_not_deleted_and_the_answer_names_them(api:
     backends = [{"host": "127.0.0.1", "port": 9001}]
     put(
         api,
-        "apis",
         documents.document("API", "billing", spec={"basePath": "/billing", "backends": backends}, project="shop"),
     )
     app = application(api)
@@ -253,7 +244,7 @@ def test_delete_of_a_file_removes_subscriptions_before_what_they_name(server: Se
     ]
     with server.http() as api:
         for document in docs:
-            put(api, f"{document['kind'].lower()}s", document)
+            put(api, document)
 
     async def remove() -> list[str]:
         async with MeshplaneClient(server.url, token=server.token) as client:
@@ -312,7 +303,7 @@ def test_concurrent_imports_of_one_key_store_exactly_one(server: ServerProcess, 
 def test_a_fleet_wide_viewer_reads_a_clusters_resources_without_key_digests(
     server: ServerProcess, api: httpx.Client
 ) -> None:
-    cluster = {"kind": "Cluster", "metadata": {"name": "audited"}, "spec": {}}
+    cluster = documents.cluster("audited")
     assert api.put("/v1/clusters/audited", json=cluster).status_code in (200, 201)
     app = application(api)
     imported = secrets.token_urlsafe(32)
@@ -341,14 +332,15 @@ def key_items(listing: dict[str, Any], application: str) -> list[dict[str, Any]]
 
 def wait_for_keys(reader: httpx.Client, cluster: str, application: str, count: int) -> dict[str, Any]:
     """The cluster's resources once its projection holds `count` key records of `application`."""
-    deadline = time.monotonic() + 15
-    while True:
+
+    def holding() -> httpx.Response | None:
         response = reader.get(f"/v1/clusters/{cluster}/resources")
         assert response.status_code == 200, response.text
-        if len(key_items(response.json(), application)) >= count or time.monotonic() > deadline:
-            assert len(key_items(response.json(), application)) == count, response.text
-            return response.json()
-        time.sleep(0.1)
+        return response if len(key_items(response.json(), application)) >= count else None
+
+    response = eventually(holding, timeout=15, interval=0.1, what=f"{count} keys of {application} on {cluster}")
+    assert len(key_items(response.json(), application)) == count, response.text
+    return response.json()
 
 
 MOBILE_CALL = check_request(headers={"x-api-key": "mobile-key"})
@@ -395,7 +387,7 @@ async def test_the_enforcer_takes_an_update_around_a_malformed_entry() -> None:
 
 async def stored_project(store: Store) -> ObjectService:
     service = ObjectService(store)
-    await service.create(REGISTRY.get("Project"), None, {"kind": "Project", "metadata": {"name": "shop"}, "spec": {}})
+    await service.create(REGISTRY.get("Project"), None, documents.project("shop"))
     for kind, name, spec in (
         ("Application", "mobile", {}),
         ("API", "orders", {"basePath": "/orders", "backends": [{"host": "127.0.0.1", "port": 9001}]}),

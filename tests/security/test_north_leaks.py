@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane_testing import documents
 from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import ServerProcess, run_server
 from meshplane_testing.sync_probe import API_TYPE, SyncProbe
@@ -31,12 +32,13 @@ SECRETS = ("bank", "vault", "teller")
 
 
 def api(project: str, name: str, base_path: str) -> dict[str, Any]:
-    spec = {
-        "basePath": base_path,
-        "backends": [{"host": "10.1.2.3", "port": 9001}],
-        "placement": {"clusters": [CLUSTER]},
-    }
-    return {"kind": "API", "metadata": {"name": name, "project": project}, "spec": spec}
+    return documents.api(
+        name,
+        project=project,
+        basePath=base_path,
+        backends=[documents.backend(9001, host="10.1.2.3")],
+        placement={"clusters": [CLUSTER]},
+    )
 
 
 def put(http: httpx.Client, doc: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
@@ -70,7 +72,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         asyncio.run(probe.register())
         with server.http() as http:
             for project in ("bank", "shop"):
-                created = http.post("/v1/projects", json={"kind": "Project", "metadata": {"name": project}, "spec": {}})
+                created = http.post("/v1/projects", json=documents.project(project))
                 assert created.status_code == 201, created.text
             for doc in (
                 api("bank", "vault", "/ledger"),
@@ -187,7 +189,7 @@ def test_the_watch_stream_of_a_shop_token_carries_no_bank_event(world: dict[str,
     with client(world, "viewer") as http, http.stream("GET", "/v1/watch", params={"since": 0}) as stream:
         with server.http() as admin:
             assert put(admin, api("bank", "vault", "/ledger-v2")).status_code == 200
-            marker = {"kind": "Application", "metadata": {"name": "marker", "project": "shop"}, "spec": {}}
+            marker = documents.application("marker", project="shop")
             assert admin.put("/v1/projects/shop/applications/marker", json=marker).status_code == 201
         deadline = time.monotonic() + 20
         for line in stream.iter_lines():

@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane_testing import documents
 from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.north import put
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,19 +42,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     and subscription in `shop`, and cluster b's service endpoint; cluster a may publish into `shop`."""
     with run_server(tmp_path_factory.mktemp("server")) as running, running.http() as rest:
         for project in (PUBLISHES_INTO, "other"):
-            rest.put(f"/v1/projects/{project}", json={"kind": "Project", "metadata": {"name": project}, "spec": {}})
+            rest.put(f"/v1/projects/{project}", json=documents.project(project))
         for project in (PUBLISHES_INTO, "other"):
-            api = {"basePath": f"/{project}", "backends": [{"host": "orders", "port": 8080}]}
-            doc = {"kind": "API", "metadata": {"name": "orders", "project": project}, "spec": api}
-            rest.put(f"/v1/projects/{project}/apis/orders", json=doc).raise_for_status()
-        app = {"kind": "Application", "metadata": {"name": "mobile", "project": PUBLISHES_INTO}, "spec": {}}
-        rest.put(f"/v1/projects/{PUBLISHES_INTO}/applications/mobile", json=app).raise_for_status()
-        subscription = {
-            "kind": "Subscription",
-            "metadata": {"name": "mobile-orders", "project": PUBLISHES_INTO},
-            "spec": {"application": "mobile", "api": "orders", "plan": "gold"},
-        }
-        rest.put(f"/v1/projects/{PUBLISHES_INTO}/subscriptions/mobile-orders", json=subscription).raise_for_status()
+            backends = [documents.backend(8080, host="orders")]
+            put(rest, documents.api("orders", project=project, basePath=f"/{project}", backends=backends))
+        put(rest, documents.application("mobile", project=PUBLISHES_INTO))
+        put(
+            rest,
+            documents.subscription(
+                "mobile-orders", project=PUBLISHES_INTO, application="mobile", api="orders", plan="gold"
+            ),
+        )
         running.allow_publishing(CLUSTER, PUBLISHES_INTO)
         running.allow_publishing("b")
         with grpc.secure_channel(running.grpc_address, running.agent_credentials("b")) as channel:

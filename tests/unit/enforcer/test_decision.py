@@ -6,8 +6,7 @@ import pytest
 
 from meshplane.enforcer.decision import Allow, Denial, decide
 from meshplane.enforcer.snapshot import Snapshot
-
-from .factories import NOW, api, application, check_request, key, loaded, subscription
+from meshplane_testing.enforcer_factories import NOW, api, application, check_request, key, loaded, subscription
 
 FLEET = (
     api("shop/orders", header="x-api-key", query="api_key"),

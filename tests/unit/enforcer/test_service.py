@@ -15,9 +15,8 @@ from prometheus_client import REGISTRY
 
 from meshplane.callout_server import CalloutServer
 from meshplane.enforcer.service import AuthorizationService
+from meshplane_testing.enforcer_factories import NOW, api, application, check_request, key, loaded, subscription
 from meshplane_testing.process import free_port
-
-from .factories import NOW, api, application, check_request, key, loaded, subscription
 
 
 @pytest.fixture

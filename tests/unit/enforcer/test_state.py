@@ -12,8 +12,17 @@ from meshplane.enforcer.state import EnforcerState
 from meshplane.proto.v1 import enforcer_pb2
 from meshplane.xds.client import UpdateRejected
 from meshplane.xds.resource import VersionedResource, pack
-
-from .factories import NOW, api, application, check_request, digest, key, loaded, subscription, update
+from meshplane_testing.enforcer_factories import (
+    NOW,
+    api,
+    application,
+    check_request,
+    digest,
+    key,
+    loaded,
+    subscription,
+    update,
+)
 
 MOBILE = application("shop/mobile", key("mobile-key", "k1"))
 BASE = (api("shop/orders"), MOBILE, subscription("shop/mobile-orders", "mobile", "orders"))

@@ -10,14 +10,11 @@ from meshplane.model.meta import check_name
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
 from meshplane.model.services import endpoint_name
+from meshplane_testing import documents
 
 
 def api_with(*backends: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "kind": "API",
-        "metadata": {"name": "orders", "project": "shop"},
-        "spec": {"basePath": "/orders", "backends": list(backends)},
-    }
+    return documents.api("orders", project="shop", backends=list(backends))
 
 
 def errors(doc: dict[str, Any]) -> dict[str, str]:

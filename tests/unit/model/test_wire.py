@@ -12,7 +12,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
 from meshplane.model.wire import from_message, resource_name, to_message
 from meshplane.proto.v1 import resources_pb2
-from tests.unit.translate.factories import api_specs
+from meshplane_testing.translate_factories import api_specs
 
 API = REGISTRY.get("API")
 

@@ -11,7 +11,7 @@ from meshplane.observability.metrics import metrics_app
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.service import UNCONFIGURED
 from meshplane_testing.process import free_port, port_open
-from tests.unit.ratelimiter.support import Limiter, config, node, policy, request
+from meshplane_testing.ratelimit_factories import Limiter, config, node, policy, request
 
 from .support import sample
 

@@ -18,7 +18,7 @@ from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer, add_to_server
 from meshplane_testing.eventually import eventually_async
-from tests.unit.xds.support import STRING, by_cluster, text
+from meshplane_testing.xds_doubles import STRING, by_cluster, text
 
 from .support import sample
 

@@ -18,7 +18,7 @@ from meshplane.server.projection import FleetProjection
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer
-from tests.unit.xds.support import STRING, Agent, RawStream, by_cluster, serve_xds, text
+from meshplane_testing.xds_doubles import STRING, Agent, RawStream, by_cluster, serve_xds, text
 
 from .support import sample
 

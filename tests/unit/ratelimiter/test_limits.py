@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.limits import UNIT_SECONDS, InvalidLimits, compile_domains
-
-from .support import config, descriptor, node, policy
+from meshplane_testing.ratelimit_factories import config, descriptor, node, policy
 
 # No "*": a value ending in it is a prefix pattern, tested on its own.
 names = st.text(

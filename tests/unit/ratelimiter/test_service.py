@@ -11,8 +11,7 @@ from meshplane.ratelimiter.counters import CountersUnavailable, Hit
 from meshplane.ratelimiter.decision import UNLIMITED_REMAINING
 from meshplane.ratelimiter.limits import UNIT_SECONDS
 from meshplane.ratelimiter.memory import MemoryCounters
-
-from .support import OK, OVER_LIMIT, Limiter, config, descriptor, node, policy, request
+from meshplane_testing.ratelimit_factories import OK, OVER_LIMIT, Limiter, config, descriptor, node, policy, request
 
 ORDERS = [("api", "orders")]
 

@@ -8,8 +8,7 @@ from meshplane.dataplane import RATELIMIT_CONFIG_TYPE
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.table import LimitTable
 from meshplane.xds.client import DeltaUpdate, UpdateRejected
-
-from .support import config, node, policy, update
+from meshplane_testing.ratelimit_factories import config, node, policy, update
 
 GOOD = config("shop", node("api", "orders", policy(5)))
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from meshplane.model.resource import Resource
 from meshplane.server.render.egress import render_egress_intent
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
-from tests.unit.render.istio_schema import validate_istio
-from tests.unit.render.scenarios import (
+from meshplane_testing.istio_schema import validate_istio
+
+from .scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,

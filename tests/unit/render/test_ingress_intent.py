@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.ingress import render_ingress_intent
-from tests.unit.render.istio_schema import validate_istio
-from tests.unit.render.scenarios import (
+from meshplane_testing.istio_schema import validate_istio
+
+from .scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,

@@ -37,7 +37,7 @@ from meshplane.server.render.fleet import (
 )
 from meshplane.server.render.names import VIP_NETWORK, HostKey, allocate_vips
 from meshplane.server.render.service import merge_sidecars, render_service_intent
-from tests.unit.render.istio_schema import validate_istio
+from meshplane_testing.istio_schema import validate_istio
 
 GOLDEN = Path(__file__).parent / "golden" / "service"
 REGENERATE = os.environ.get("MESHPLANE_REGENERATE_GOLDEN") == "1"

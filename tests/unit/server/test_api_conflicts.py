@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from meshplane.model.resource import Resource
 from meshplane.server.api_conflicts import clash, hosts_overlap
-from tests.unit.translate.factories import METHODS, api, api_specs, backend
-from tests.unit.translate.route_table import declared, probes
+from meshplane_testing.route_table import declared, probes
+from meshplane_testing.translate_factories import METHODS, api, api_specs, backend
 
 
 def named(name: str, spec: dict) -> Resource:

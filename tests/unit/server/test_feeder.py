@@ -9,7 +9,8 @@ import pytest
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
 from meshplane_testing.eventually import eventually_async
-from tests.unit.server.feeders import API_TYPE, api_spec, feeder_of, running
+
+from .feeders import API_TYPE, api_spec, feeder_of, running
 
 
 async def test_a_feeder_behind_the_compaction_floor_resyncs_and_misses_nothing(store: Store) -> None:

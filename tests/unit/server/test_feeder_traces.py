@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from meshplane.store.store import Store
-from tests.unit.server.feeders import API_TYPE, api_spec, feeder_of, running
+
+from .feeders import API_TYPE, api_spec, feeder_of, running
 
 
 def trace(n: int) -> dict[str, str]:

@@ -12,12 +12,13 @@ from meshplane.model.resource import Resource
 from meshplane.model.stored import StoredObject
 from meshplane.server.access_checks import collides_with_access_checks
 from meshplane.server.intent_checks import collides_with_intent_claims
+from meshplane_testing import documents
 
 BACKENDS = [{"host": "127.0.0.1", "port": 9001}]
 
 
 def resource(kind: str, name: str, spec: dict[str, Any], project: str = "shop") -> Resource:
-    return REGISTRY.parse({"kind": kind, "metadata": {"name": name, "project": project}, "spec": spec})
+    return REGISTRY.parse(documents.document(kind, name, project=project, spec=spec))
 
 
 def api(name: str, base_path: str, project: str = "shop", **spec: Any) -> Resource:

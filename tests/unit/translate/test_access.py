@@ -21,8 +21,8 @@ from meshplane.dataplane import ENFORCER_API_TYPE, ENFORCER_APPLICATION_TYPE, RA
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
 from meshplane_testing.envoy import validate
-from tests.unit.translate.factories import LOOPBACK, api, backend
-from tests.unit.translate.static_config import static_bootstrap
+from meshplane_testing.static_bootstrap import static_bootstrap
+from meshplane_testing.translate_factories import LOOPBACK, api, backend
 
 NOW = 1_800_000_000.0
 JWK = {"kty": "EC", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "kid": "k1", "alg": "ES256"}

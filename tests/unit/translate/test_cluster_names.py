@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from meshplane.agent.translate.apis import Api
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import api, backend
+from meshplane_testing.translate_factories import api, backend
 
 
 def _cluster(resource: Resource) -> str:

@@ -15,9 +15,9 @@ import pytest
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane_testing.envoy import EnvoyProcess, envoy_binary, run_envoy_config
 from meshplane_testing.process import free_port
+from meshplane_testing.static_bootstrap import static_bootstrap
+from meshplane_testing.translate_factories import LOOPBACK, api, backend
 from meshplane_testing.upstream import run_upstream
-from tests.unit.translate.factories import LOOPBACK, api, backend
-from tests.unit.translate.static_config import static_bootstrap
 
 pytestmark = pytest.mark.envoy
 

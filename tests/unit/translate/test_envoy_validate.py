@@ -11,8 +11,8 @@ from meshplane.agent.bootstrap import bootstrap_yaml, envoy_bootstrap
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
 from meshplane_testing.envoy import envoy_binary, validate
-from tests.unit.translate.factories import LOOPBACK, api, api_sets, backend, example_api
-from tests.unit.translate.static_config import static_bootstrap
+from meshplane_testing.static_bootstrap import static_bootstrap
+from meshplane_testing.translate_factories import LOOPBACK, api, api_sets, backend, example_api
 
 pytestmark = pytest.mark.envoy
 

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import LITERALS, LOOPBACK, api_sets
-from tests.unit.translate.route_table import (
+from meshplane_testing.route_table import (
     covering,
     declared,
     forwarded_path,
@@ -22,6 +21,7 @@ from tests.unit.translate.route_table import (
     segments,
     select,
 )
+from meshplane_testing.translate_factories import LITERALS, LOOPBACK, api_sets
 
 SETTINGS = GatewaySettings(backends=LOOPBACK)
 

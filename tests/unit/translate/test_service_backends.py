@@ -12,8 +12,8 @@ from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_ap
 from meshplane.agent.translate.service_backends import LocalServices
 from meshplane.model.services import ServiceEndpointSpec
 from meshplane_testing.envoy import envoy_binary, unversioned, validate
-from tests.unit.translate.factories import LOOPBACK, api, backend
-from tests.unit.translate.static_config import static_bootstrap
+from meshplane_testing.static_bootstrap import static_bootstrap
+from meshplane_testing.translate_factories import LOOPBACK, api, backend
 
 SETTINGS = GatewaySettings(backends=LOOPBACK)
 CLUSTER = "api.shop.orders.0"

@@ -13,8 +13,8 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.model.resource import Resource
 from meshplane_testing.envoy import unversioned
-from tests.unit.translate.factories import LOOPBACK, api, backend, example_api
-from tests.unit.translate.route_table import forwarded_path, select
+from meshplane_testing.route_table import forwarded_path, select
+from meshplane_testing.translate_factories import LOOPBACK, api, backend, example_api
 
 SETTINGS = GatewaySettings(backends=LOOPBACK)
 

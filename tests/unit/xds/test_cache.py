@@ -5,8 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meshplane.xds.cache import ResourceCache
-
-from .support import NUMBER, STRING, number, text
+from meshplane_testing.xds_doubles import NUMBER, STRING, number, text
 
 
 def test_changes_bump_the_generation_and_equal_content_does_not():

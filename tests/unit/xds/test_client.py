@@ -10,8 +10,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.lifecycle import Backoff
 from meshplane.xds.client import DeltaClient, DeltaUpdate, UpdateRejected
-
-from .support import NUMBER, STRING, Signal, serve, text
+from meshplane_testing.xds_doubles import NUMBER, STRING, Signal, serve, text
 
 
 class ScriptedAds(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):

@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer
-
-from .support import NUMBER, STRING, Agent, Served, by_cluster, serve_xds, text
+from meshplane_testing.xds_doubles import NUMBER, STRING, Agent, Served, by_cluster, serve_xds, text
 
 TYPES = (STRING, NUMBER)
 names = st.sampled_from("abcdef")

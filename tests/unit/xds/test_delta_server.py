@@ -5,8 +5,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer
-
-from .support import NUMBER, STRING, Agent, RawStream, Recorder, number, serve_xds, text, versions
+from meshplane_testing.xds_doubles import NUMBER, STRING, Agent, RawStream, Recorder, number, serve_xds, text, versions
 
 
 def server(cache: ResourceCache, callbacks: Recorder | None = None) -> XdsServer:

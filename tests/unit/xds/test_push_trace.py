@@ -12,8 +12,7 @@ from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, carried_trace
 from meshplane.xds.server import XdsServer
 from meshplane_testing.tracing import RecordedSpans
-
-from .support import STRING, Agent, Recorder, serve_xds, text
+from meshplane_testing.xds_doubles import STRING, Agent, Recorder, serve_xds, text
 
 
 def written(resource: VersionedResource, name: str) -> tuple[VersionedResource, int]:

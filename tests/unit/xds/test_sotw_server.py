@@ -13,8 +13,7 @@ from google.rpc import status_pb2
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack, type_url_of
 from meshplane.xds.server import XdsServer
-
-from .support import RawStream, Recorder, by_cluster, serve_xds, versions
+from meshplane_testing.xds_doubles import RawStream, Recorder, by_cluster, serve_xds, versions
 
 CDS = type_url_of(cluster_pb2.Cluster)
 EDS = type_url_of(endpoint_pb2.ClusterLoadAssignment)

@@ -22,6 +22,7 @@ from meshplane_testing.meshplane import (
     run_enforcer,
     run_ratelimiter,
 )
+from meshplane_testing.north import put
 from meshplane_testing.process import free_port
 from meshplane_testing.redis import RedisServer
 
@@ -73,7 +74,6 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     opaque = {"apiKey": {"mode": "opaque", "header": "x-api-key", "query": "key"}}
     put(
         api,
-        "apis",
         documents.api(
             "signed",
             basePath="/signed",
@@ -84,7 +84,6 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     )
     put(
         api,
-        "apis",
         documents.api(
             "opaque",
             basePath="/opaque",
@@ -97,7 +96,6 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     user_ops = [{"method": "GET", "path": "/me"}, {"method": "POST", "path": "/orders", "scopes": ["orders:write"]}]
     put(
         api,
-        "apis",
         documents.api(
             "users",
             basePath="/users",
@@ -109,12 +107,10 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     global_limit = {"requestsPerUnit": 3, "unit": "second", "scope": "global"}
     put(
         api,
-        "apis",
         documents.api("limited", basePath="/limited", backends=[documents.backend(port)], rateLimit=global_limit),
     )
     put(
         api,
-        "apis",
         documents.api(
             "local",
             basePath="/local",
@@ -130,25 +126,18 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
     }
     put(
         api,
-        "apis",
         documents.api("cors", basePath="/cors", backends=[documents.backend(port)], authentication=signed, cors=cors),
     )
     for app in ("good", "lonely", "blocked"):
-        put(api, "applications", documents.document("Application", app, spec={"description": f"the {app} app"}))
+        put(api, documents.application(app, description=f"the {app} app"))
     for target in ("signed", "opaque", "cors"):
         put(
             api,
-            "subscriptions",
-            documents.document(
-                "Subscription", f"good-{target}", spec={"application": "good", "api": target, "plan": "gold"}
-            ),
+            documents.subscription(f"good-{target}", application="good", api=target, plan="gold"),
         )
         put(
             api,
-            "subscriptions",
-            documents.document(
-                "Subscription", f"blocked-{target}", spec={"application": "blocked", "api": target, "state": "blocked"}
-            ),
+            documents.subscription(f"blocked-{target}", application="blocked", api=target, state="blocked"),
         )
     keys = {
         role: issue(api, app)["key"] for role, app in (("good", "good"), ("lonely", "lonely"), ("blocked", "blocked"))
@@ -169,12 +158,6 @@ def declare(api: httpx.Client, port: int, idp: IdentityProvider) -> dict[str, st
 
 
 PROJECT = "default"
-
-
-def put(api: httpx.Client, plural: str, document: dict[str, Any]) -> None:
-    name = document["metadata"]["name"]
-    response = api.put(f"/v1/projects/{PROJECT}/{plural}/{name}", json=document)
-    assert response.status_code in (200, 201), response.text
 
 
 def issue(api: httpx.Client, app: str, **body: Any) -> dict[str, Any]:

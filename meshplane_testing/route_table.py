@@ -12,7 +12,7 @@ from envoy.config.route.v3 import route_components_pb2, route_pb2
 from hypothesis import strategies as st
 
 from meshplane.model.resource import Resource
-from tests.unit.translate.factories import LITERALS, METHODS
+from meshplane_testing.translate_factories import LITERALS, METHODS
 
 
 def virtual_host(config: route_pb2.RouteConfiguration, host: str) -> route_components_pb2.VirtualHost | None:

@@ -32,7 +32,7 @@ from meshplane_testing.process import MissingRequirement
 CRD_FILE = Path(
     os.environ.get(
         "MESHPLANE_ISTIO_CRDS",
-        Path(__file__).resolve().parents[3].parent / "shared" / "schemas" / "istio" / "crd-all.gen.yaml",
+        Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "istio" / "crd-all.gen.yaml",
     )
 )
 
