@@ -11,8 +11,8 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and an
   AuthorizationPolicy on the egress gateway allowing only the clients' principals to those hosts;
 - in each client's namespace, the client workload's Sidecar (`<client>-sidecar`, `app=<client>`)
-  whose egress lists exactly what this intent lets it reach; Istio honours one Sidecar per
-  workload, so the cluster's render merges those of several intents into one.
+  whose egress lists what this intent lets it reach, besides the mesh (`SIDECAR_BASE_HOSTS`);
+  Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
 
 Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
 shares, `<intent>-<purpose>.<project>` (names.py's scheme). VirtualServices always name their
@@ -40,7 +40,7 @@ from meshplane.model.intents import (
 )
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import Fleet, cloud_members, owner_labels, placement_targets
-from meshplane.server.render.names import object_name, principal, service_host, sidecar_name
+from meshplane.server.render.names import SIDECAR_BASE_HOSTS, object_name, principal, service_host, sidecar_name
 
 NETWORKING = "networking.istio.io/v1"
 SECURITY = "security.istio.io/v1"
@@ -340,7 +340,7 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
                 labels,
                 {
                     "workloadSelector": {"labels": {"app": client_name}},
-                    "egress": [{"hosts": sorted(set(reachable))}],
+                    "egress": [{"hosts": sorted({*reachable, *SIDECAR_BASE_HOSTS})}],
                 },
             )
         )

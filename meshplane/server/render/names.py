@@ -48,6 +48,12 @@ def object_name(intent: str, purpose: str, qualifier: str | None = None) -> str:
     return f"{intent}-{purpose}" if qualifier is None else f"{intent}-{purpose}.{qualifier}"
 
 
+SIDECAR_BASE_HOSTS = ("./*", "istio-system/*")
+"""What every rendered Sidecar lets its workload reach besides the hosts intents give it: the
+services of its own namespace and of istio-system. A Sidecar lists everything its workload may see,
+so without these a client's calls to mesh services would leave as plaintext passthrough."""
+
+
 def sidecar_name(workload: str) -> str:
     """The one Sidecar of a client workload: named after the workload, so renders of several
     intents that scope one client merge into one object (Istio honours a single Sidecar per workload)."""

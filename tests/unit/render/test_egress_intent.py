@@ -137,6 +137,20 @@ def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
     assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sidecars] == [("ops", "billing-sidecar")]
 
 
+# --- what Istio makes of it -----------------------------------------------------------------------
+
+
+def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> None:
+    intents = egress_scenario()
+    fleet = scenario_fleet(egress_intents=intents)
+    for intent, cluster in ((intents[0], "edge-2"), (intents[1], "core-1"), (intents[2], "core-1")):
+        sidecars = by_kind(render_egress_intent(intent, fleet, cluster), "Sidecar")
+        assert sidecars
+        for sidecar in sidecars:
+            hosts = sidecar["spec"]["egress"][0]["hosts"]
+            assert {"./*", "istio-system/*"} <= set(hosts), sidecar["metadata"]["name"]
+
+
 # --- properties over generated fleets -----------------------------------------------------------
 
 INTENT_NAMES = ("pay", "pay-ops", "db", "a", "a-b")
