@@ -15,8 +15,8 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
 
 Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
-shares, `<intent>-<purpose>.<project>` (names.py's scheme). VirtualServices always name their
-Gateway `<namespace>/<name>`: Istio would read a bare dotted name as the legacy `<name>.<namespace>`.
+shares, `shared_object_name`'s DNS labels (istiod refuses a Gateway whose name has a dot).
+VirtualServices always name their Gateway `<namespace>/<name>`.
 Resolution NONE through the egress gateway is rendered but cannot work for wildcard hosts: the
 gateway needs a host to resolve and an SNI to set.
 
@@ -40,7 +40,14 @@ from meshplane.model.intents import (
 )
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import Fleet, cloud_members, owner_labels, placement_targets
-from meshplane.server.render.names import SIDECAR_BASE_HOSTS, object_name, principal, service_host, sidecar_name
+from meshplane.server.render.names import (
+    SIDECAR_BASE_HOSTS,
+    object_name,
+    principal,
+    service_host,
+    shared_object_name,
+    sidecar_name,
+)
 
 NETWORKING = "networking.istio.io/v1"
 SECURITY = "security.istio.io/v1"
@@ -59,8 +66,8 @@ def _name(intent: Resource, purpose: str) -> str:
 
 
 def _gateway_side_name(intent: Resource, purpose: str) -> str:
-    """In `istio-system`, which every project shares: `<intent>-<purpose>-<project>`."""
-    return object_name(intent.metadata.name, purpose, intent.metadata.project)
+    """In `istio-system`, which every project shares: a DNS label unique across projects."""
+    return shared_object_name(intent.metadata.project or "", intent.metadata.name, purpose)
 
 
 def subset_name(intent: Resource, index: int) -> str:

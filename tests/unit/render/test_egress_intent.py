@@ -7,6 +7,8 @@ review the diff, and check them in.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -139,6 +141,8 @@ def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
 
 # --- what Istio makes of it -----------------------------------------------------------------------
 
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
 
 def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> None:
     intents = egress_scenario()
@@ -149,6 +153,42 @@ def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> N
         for sidecar in sidecars:
             hosts = sidecar["spec"]["egress"][0]["hosts"]
             assert {"./*", "istio-system/*"} <= set(hosts), sidecar["metadata"]["name"]
+
+
+def test_egress_gateway_names_are_dns_labels_unique_across_projects() -> None:
+    long_intent, long_project = "i" * 63, "p" * 63
+    spec = {
+        "hosts": ["a.example", "b.example"],
+        "ports": [{"number": 443, "protocol": "TLS"}],
+        "route": {"via": "egressGateway"},
+        "clients": [{"service": {"name": "cart"}}],
+        "placement": {"clusters": ["edge-1"]},
+    }
+    # Joined naively with '-', these two would meet: a-egress-b-egress-c.
+    intents = [
+        parse("EgressIntent", long_intent, spec, project=long_project),
+        parse("EgressIntent", "a-egress-b", spec, project="c"),
+        parse("EgressIntent", "a", spec, project="b-egress-c"),
+    ]
+    fleet = Fleet(clusters=scenario_clusters(), logical_clouds=fleet_clouds(), egress_intents=intents)
+    seen: set[tuple[str, str]] = set()
+    for intent in intents:
+        objects = render_egress_intent(intent, fleet, "edge-1")
+        for obj in objects:
+            if obj["metadata"]["namespace"] != GATEWAY_NAMESPACE:
+                continue
+            name = obj["metadata"]["name"]
+            assert DNS_LABEL.match(name), name
+            assert (obj["kind"], name) not in seen
+            seen.add((obj["kind"], name))
+            assert validate_istio(obj) == [], name
+        (gateway,) = by_kind(objects, "Gateway")
+        for route in by_kind(objects, "VirtualService"):
+            named = [g for g in route["spec"]["gateways"] if g != "mesh"]
+            assert named == [f"{GATEWAY_NAMESPACE}/{gateway['metadata']['name']}"]
+            for match in route["spec"].get("tls", []) + route["spec"].get("tcp", []) + route["spec"].get("http", []):
+                for gateway_name in match["match"][0]["gateways"]:
+                    assert gateway_name == "mesh" or DNS_LABEL.match(gateway_name.split("/", 1)[1])
 
 
 # --- properties over generated fleets -----------------------------------------------------------
