@@ -8,8 +8,8 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   hosts' traffic to it (the proxy must forward transparently, by SNI or Host header);
 - route `egressGateway`: in `istio-system` (see `GATEWAY_NAMESPACE` for why), a Gateway on the
   egress gateway, a DestinationRule with one subset per host, one VirtualService per host (mesh →
-  egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and an
-  AuthorizationPolicy on the egress gateway allowing only the clients' principals to those hosts;
+  egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and a
+  DENY AuthorizationPolicy on the egress gateway (see `_gateway_policy`);
 - in each client's namespace, the client workload's Sidecar (`<client>-sidecar`, `app=<client>`)
   whose egress lists what this intent lets it reach, besides the mesh (`SIDECAR_BASE_HOSTS`);
   Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
@@ -205,7 +205,7 @@ def _proxy_objects(
 
 
 def _gateway_objects(
-    intent: Resource, spec: EgressIntentSpec, clients: list[_Client], export_to: list[str]
+    intent: Resource, spec: EgressIntentSpec, fleet: Fleet, cluster: str, export_to: list[str]
 ) -> list[dict]:
     labels = owner_labels(intent)
     hosts = _hosts(intent, spec)
@@ -288,25 +288,61 @@ def _gateway_objects(
             {"host": EGRESS_GATEWAY_HOST, "exportTo": export_to, "subsets": subsets},
         )
     )
-    # Always present, even with no clients here: an ALLOW policy that matches nobody keeps the
-    # hosts closed instead of leaving them to whatever other policies the gateway has.
-    policy: dict = {"selector": {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}, "action": "ALLOW"}
-    if clients:
-        policy["rules"] = [
-            {
-                "from": [{"source": {"principals": sorted({c.principal for c in clients})}}],
-                "to": [{"operation": {"ports": [str(p.number) for p in ports]}}],
-                # The mesh leg's SNI is the external host (the DestinationRule sets it): scope by it
-                # so that this policy opens only this intent's hosts.
-                "when": [{"key": "connection.sni", "values": hosts}],
-            }
-        ]
-    objects.append(
-        k8s_object(
-            SECURITY, "AuthorizationPolicy", _gateway_side_name(intent, "egress"), GATEWAY_NAMESPACE, labels, policy
-        )
-    )
+    objects.append(_gateway_policy(intent, fleet, cluster, hosts))
     return objects
+
+
+def _gateway_principals(fleet: Fleet, intent: Resource, cluster: str) -> dict[str, set[str]]:
+    """host -> the principals any intent lets through the egress gateway of `cluster` to it.
+
+    Several intents (of any project) may name one host; each admits its own clients, so what one
+    intent's policy refuses is what none of them admits. The intent being rendered replaces any
+    stored version of itself.
+    """
+    intents = {(i.metadata.project, i.metadata.name): i for i in fleet.egress_intents}
+    intents[(intent.metadata.project, intent.metadata.name)] = intent
+    allowed: dict[str, set[str]] = {}
+    for other in intents.values():
+        spec: EgressIntentSpec = other.spec
+        if spec.route.via is not EgressVia.EGRESS_GATEWAY:
+            continue
+        targets = placement_targets(fleet, other.metadata.project or "", spec.placement)
+        if cluster not in targets:
+            continue
+        clients = {c.principal for c in _clients_here(fleet, other, spec, cluster, targets[cluster])}
+        for host in _hosts(other, spec):
+            allowed.setdefault(host, set()).update(clients)
+    return allowed
+
+
+def _gateway_policy(intent: Resource, fleet: Fleet, cluster: str, hosts: list[str]) -> dict:
+    """A DENY on the egress gateway: connections to this intent's hosts from anyone not admitted.
+
+    DENY, not ALLOW: an ALLOW policy on the shared gateway would close every host no intent names.
+    The hosts are told apart by SNI, which the DestinationRule sets to the host on the mesh leg and
+    which the gateway routes by (Envoy compares it lower-cased, as the model's hosts are). Ports
+    are left out: the gateway's filters see its pods' target ports, not the Service's. A host no
+    client may reach is closed to all.
+    """
+    admitted = _gateway_principals(fleet, intent, cluster)
+    by_principals: dict[tuple[str, ...], list[str]] = {}
+    for host in hosts:
+        by_principals.setdefault(tuple(sorted(admitted.get(host, set()))), []).append(host)
+    rules = []
+    for principals, group in sorted(by_principals.items(), key=lambda item: item[1]):
+        rule: dict = {}
+        if principals:
+            rule["from"] = [{"source": {"notPrincipals": list(principals)}}]
+        rule["when"] = [{"key": "connection.sni", "values": group}]
+        rules.append(rule)
+    return k8s_object(
+        SECURITY,
+        "AuthorizationPolicy",
+        _gateway_side_name(intent, "egress"),
+        GATEWAY_NAMESPACE,
+        owner_labels(intent),
+        {"selector": {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}, "action": "DENY", "rules": rules},
+    )
 
 
 def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[dict]:
@@ -332,7 +368,7 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
         reachable.append(f"{namespace}/{proxy_host}")
     elif via is EgressVia.EGRESS_GATEWAY:
         gateway_export = sorted({GATEWAY_NAMESPACE, *(c.namespace for c in clients)})
-        objects += _gateway_objects(intent, spec, clients, gateway_export)
+        objects += _gateway_objects(intent, spec, fleet, cluster, gateway_export)
         reachable += [f"{GATEWAY_NAMESPACE}/{h}" for h in hosts]
         reachable.append(f"{GATEWAY_NAMESPACE}/{EGRESS_GATEWAY_HOST}")
 

@@ -8,14 +8,18 @@ review the diff, and check them in.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshplane.model.resource import Resource
 from meshplane.server.render.egress import render_egress_intent
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
+from meshplane.server.render.offline import project_documents
+from tests.unit.render.authz import Connection, Workload, allowed
 from tests.unit.render.istio_schema import validate_istio
 from tests.unit.render.scenarios import (
     CLUSTERS,
@@ -114,9 +118,14 @@ def test_egress_gateway_route_steers_mesh_traffic_through_the_gateway_and_admits
     assert route["spec"]["tls"][0]["match"][0]["sniHosts"] == ["api.payments.example"]
     assert route["spec"]["tcp"][0]["route"][0]["destination"]["host"] == "api.payments.example"
     (policy,) = by_kind(objects, "AuthorizationPolicy")
-    assert policy["spec"]["rules"][0]["from"][0]["source"]["principals"] == [
-        "cluster.local/ns/shop/sa/cart",
-        "cluster.local/ns/shop/sa/checkout-sa",
+    assert policy["spec"]["action"] == "DENY"
+    assert policy["spec"]["rules"] == [
+        {
+            "from": [
+                {"source": {"notPrincipals": ["cluster.local/ns/shop/sa/cart", "cluster.local/ns/shop/sa/checkout-sa"]}}
+            ],
+            "when": [{"key": "connection.sni", "values": ["api.payments.example"]}],
+        }
     ]
     assert sorted(s["metadata"]["name"] for s in by_kind(objects, "Sidecar")) == ["cart-sidecar", "checkout-sidecar"]
 
@@ -141,7 +150,56 @@ def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
 
 # --- what Istio makes of it -----------------------------------------------------------------------
 
+EGRESS_GATEWAY = Workload(GATEWAY_NAMESPACE, {"istio": "egressgateway", "app": "istio-egressgateway"})
+"""The stock egress gateway's pods; its Service maps 80 -> 8080 and 443 -> 8443."""
+CART = "cluster.local/ns/shop/sa/cart"
+STRANGER = "cluster.local/ns/shop/sa/intruder"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "intents"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _example_objects(cluster: str) -> list[dict]:
+    docs = [d for f in ("clusters.yaml", "external.yaml") for d in yaml.safe_load_all((EXAMPLES / f).read_text())]
+    return [o for o in project_documents(docs, cluster) if o.get("apiVersion", "").endswith("istio.io/v1")]
+
+
+def test_a_declared_client_passes_the_egress_gateway_on_the_ports_the_gateway_listens_on() -> None:
+    intents = egress_scenario()
+    objects = render_egress_intent(intents[0], scenario_fleet(egress_intents=intents), "edge-2")
+    # The gateway's filters see the target port: 8443 for the mesh leg of 443, 8080 for 80.
+    for port in (8443, 8080):
+        assert allowed(objects, EGRESS_GATEWAY, Connection(CART, "api.payments.example", port))
+        assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", port))
+    example = _example_objects("edge-2")
+    assert allowed(example, EGRESS_GATEWAY, Connection(CART, "api.payments.example", 8443))
+    assert not allowed(example, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", 8443))
+    assert not allowed(example, EGRESS_GATEWAY, Connection(None, "api.payments.example", 8443))
+
+
+def test_the_egress_gateway_policy_closes_only_the_hosts_of_its_intent() -> None:
+    intents = egress_scenario()
+    objects = render_egress_intent(intents[0], scenario_fleet(egress_intents=intents), "edge-2")
+    # A host no meshplane intent names (another team's Gateway on the same pods) stays as it was.
+    assert allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "downloads.vendor.example", 8443))
+    # Case does not get around the policy: the SNI reaches the filters lower-cased.
+    assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "API.Payments.Example", 8443))
+    assert [p["spec"]["action"] for p in by_kind(objects, "AuthorizationPolicy")] == ["DENY"]
+
+
+def test_two_intents_for_one_host_each_admit_their_own_clients() -> None:
+    base = {
+        "hosts": ["api.payments.example"],
+        "ports": [{"number": 443, "protocol": "TLS"}],
+        "route": {"via": "egressGateway"},
+        "placement": {"logicalCloud": "retail"},
+    }
+    shop = parse("EgressIntent", "pay", {**base, "clients": [{"service": {"name": "cart"}}]})
+    bank = parse("EgressIntent", "pay", {**base, "clients": [{"service": {"name": "teller"}}]}, project="bank")
+    fleet = Fleet(clusters=scenario_clusters(), logical_clouds=fleet_clouds(), egress_intents=[shop, bank])
+    objects = render_all(render_egress_intent, fleet.egress_intents, fleet, "edge-2")
+    assert allowed(objects, EGRESS_GATEWAY, Connection(CART, "api.payments.example", 8443))
+    assert allowed(objects, EGRESS_GATEWAY, Connection("cluster.local/ns/bank/sa/teller", "api.payments.example", 8443))
+    assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", 8443))
 
 
 def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> None:
@@ -194,13 +252,15 @@ def test_egress_gateway_names_are_dns_labels_unique_across_projects() -> None:
 # --- properties over generated fleets -----------------------------------------------------------
 
 INTENT_NAMES = ("pay", "pay-ops", "db", "a", "a-b")
+SHARED_HOSTS = ("h0.example.com", "h1.example.com", "h2.example.com")
 CLIENT_NAMES = ("cart", "billing", "web")
 
 
 @st.composite
 def egress_specs(draw: st.DrawFn, index: int) -> dict:
+    """Intents over a small pool of hosts, so that several intents, of one project or two, share one."""
     with_hosts = draw(st.booleans())
-    hosts = [f"h{index}-{i}.example.com" for i in range(draw(st.integers(1, 2)))] if with_hosts else []
+    hosts = draw(st.lists(st.sampled_from(SHARED_HOSTS), min_size=1, max_size=2, unique=True)) if with_hosts else []
     addresses = [f"203.0.113.{index * 4 + i}" for i in range(draw(st.integers(0 if with_hosts else 1, 2)))]
     if with_hosts:
         resolution = draw(st.sampled_from(["DNS", "STATIC", "NONE"] if addresses else ["DNS", "NONE"]))
@@ -303,26 +363,30 @@ def test_egress_names_never_collide_within_a_cluster(fleet: Fleet) -> None:
 @PROPERTIES
 @given(egress_fleets())
 def test_only_the_allowed_clients_pass_the_egress_gateway(fleet: Fleet) -> None:
-    for intent in fleet.egress_intents:
-        for cluster in CLUSTERS:
-            objects = render_egress_intent(intent, fleet, cluster)
-            policies = by_kind(objects, "AuthorizationPolicy")
-            if intent.spec.route.via.value != "egressGateway" or not objects:
-                assert policies == []
+    for cluster in CLUSTERS:
+        admitted: dict[str, set[str]] = {}
+        for intent in fleet.egress_intents:
+            project = intent.metadata.project
+            targets = placement_targets(fleet, project, intent.spec.placement)
+            if intent.spec.route.via.value != "egressGateway" or cluster not in targets:
+                assert by_kind(render_egress_intent(intent, fleet, cluster), "AuthorizationPolicy") == []
                 continue
-            expected = {
-                f"cluster.local/ns/{ns}/sa/{client.service.name}"
-                for client in intent.spec.clients
-                for c, ns in placement_targets(
-                    fleet, intent.metadata.project, _cloud_placement(client.service.logical_cloud)
-                ).items()
-                if c == cluster
-            }
-            (policy,) = policies
-            granted = {
-                p for rule in policy["spec"].get("rules", []) for f in rule["from"] for p in f["source"]["principals"]
-            }
-            assert granted == expected
+            hosts = intent.spec.hosts or [f"{intent.metadata.name}.{project}.external"]
+            for host in hosts:
+                admitted.setdefault(host, set()).update(
+                    f"cluster.local/ns/{ns}/sa/{client.service.name}"
+                    for client in intent.spec.clients
+                    for c, ns in placement_targets(
+                        fleet, project, _cloud_placement(client.service.logical_cloud)
+                    ).items()
+                    if c == cluster
+                )
+        objects = render_all(render_egress_intent, fleet.egress_intents, fleet, cluster)
+        everyone = {p for principals in admitted.values() for p in principals} | {STRANGER}
+        for host in [*admitted, "unnamed.example.org"]:
+            for who in everyone:
+                expected = who in admitted.get(host, everyone)
+                assert allowed(objects, EGRESS_GATEWAY, Connection(who, host, 8443)) is expected, (cluster, host, who)
 
 
 @settings(max_examples=25, deadline=None)
