@@ -207,6 +207,12 @@ class EgressRoute(WireModel):
         return self
 
 
+EGRESS_GATEWAY_PORTS = (80, 443)
+"""The ports of the stock egress gateway Service (`istio-egressgateway` in istio-system: 80 -> 8080,
+443 -> 8443). A Gateway server binds the Service port and the pods listen on its target port, so
+traffic through the gateway can use these ports only."""
+
+
 class EgressClient(WireModel):
     service: ClientService
 
@@ -232,7 +238,29 @@ class EgressIntentSpec(WireModel):
             raise ValueError("resolution DNS needs hosts")
         if any(h.startswith("*") for h in self.hosts) and self.resolution is Resolution.DNS:
             raise ValueError("a wildcard host cannot be resolved by DNS: use resolution NONE")
+        for index, port in enumerate(self.ports):
+            if port.protocol is ServiceProtocol.TCP and not self.addresses:
+                raise ValueError(
+                    f"ports[{index}]: a TCP port needs addresses: without them every sidecar that sees this "
+                    f"entry would send all its port {port.number} traffic here, whatever its destination"
+                )
+        if self.route.via is EgressVia.EGRESS_GATEWAY:
+            self._fits_the_egress_gateway()
         return self
+
+    def _fits_the_egress_gateway(self) -> None:
+        if self.resolution is Resolution.NONE:
+            raise ValueError(
+                "resolution NONE cannot go through the egress gateway: the gateway must resolve the host "
+                "itself and be told it by SNI; use DNS or STATIC, or route direct"
+            )
+        for index, port in enumerate(self.ports):
+            if port.number not in EGRESS_GATEWAY_PORTS:
+                served = ", ".join(str(p) for p in EGRESS_GATEWAY_PORTS)
+                raise ValueError(
+                    f"ports[{index}]: the egress gateway serves ports {served} only, not {port.number}; "
+                    "route this port direct or via a proxy"
+                )
 
 
 class DnsTarget(WireModel):

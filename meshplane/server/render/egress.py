@@ -16,9 +16,8 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
 
 Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
 shares, `shared_object_name`'s DNS labels (istiod refuses a Gateway whose name has a dot).
-VirtualServices always name their Gateway `<namespace>/<name>`.
-Resolution NONE through the egress gateway is rendered but cannot work for wildcard hosts: the
-gateway needs a host to resolve and an SNI to set.
+VirtualServices always name their Gateway `<namespace>/<name>`. The model refuses what the gateway
+cannot carry: ports its Service lacks (`EGRESS_GATEWAY_PORTS`) and resolution NONE.
 
 Only clients whose logical cloud includes the cluster get anything there; the ServiceEntries and
 VirtualServices are exported only to the namespaces that need them.

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshplane.model.resource import Resource
+from meshplane.model.resource import InvalidObject, Resource
 from meshplane.server.render.egress import render_egress_intent
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.offline import project_documents
@@ -249,6 +249,41 @@ def test_egress_gateway_names_are_dns_labels_unique_across_projects() -> None:
                     assert gateway_name == "mesh" or DNS_LABEL.match(gateway_name.split("/", 1)[1])
 
 
+def _refusal(spec: dict) -> str:
+    with pytest.raises(InvalidObject) as caught:
+        parse("EgressIntent", "db", spec)
+    return str(caught.value)
+
+
+def test_the_egress_gateway_refuses_ports_its_service_does_not_have() -> None:
+    message = _refusal(
+        {
+            "hosts": ["db.example"],
+            "addresses": ["203.0.113.7"],
+            "ports": [{"number": 443, "protocol": "TLS"}, {"number": 5432, "protocol": "TCP"}],
+            "route": {"via": "egressGateway"},
+        }
+    )
+    assert "ports[1]" in message and "5432" in message and "80, 443" in message
+
+
+def test_a_tcp_port_needs_addresses() -> None:
+    message = _refusal({"hosts": ["db.example"], "ports": [{"number": 5432, "protocol": "TCP"}]})
+    assert "ports[0]" in message and "addresses" in message
+
+
+def test_resolution_none_cannot_go_through_the_egress_gateway() -> None:
+    message = _refusal(
+        {
+            "hosts": ["*.example.com"],
+            "ports": [{"number": 443, "protocol": "TLS"}],
+            "resolution": "NONE",
+            "route": {"via": "egressGateway"},
+        }
+    )
+    assert "NONE" in message and "egress gateway" in message
+
+
 # --- properties over generated fleets -----------------------------------------------------------
 
 INTENT_NAMES = ("pay", "pay-ops", "db", "a", "a-b")
@@ -259,16 +294,19 @@ CLIENT_NAMES = ("cart", "billing", "web")
 @st.composite
 def egress_specs(draw: st.DrawFn, index: int) -> dict:
     """Intents over a small pool of hosts, so that several intents, of one project or two, share one."""
+    via = draw(st.sampled_from(["direct", "egressGateway", "proxy"]))
+    through_gateway = via == "egressGateway"
     with_hosts = draw(st.booleans())
     hosts = draw(st.lists(st.sampled_from(SHARED_HOSTS), min_size=1, max_size=2, unique=True)) if with_hosts else []
     addresses = [f"203.0.113.{index * 4 + i}" for i in range(draw(st.integers(0 if with_hosts else 1, 2)))]
-    if with_hosts:
-        resolution = draw(st.sampled_from(["DNS", "STATIC", "NONE"] if addresses else ["DNS", "NONE"]))
-    else:
-        resolution = draw(st.sampled_from(["STATIC", "NONE"]))
-    numbers = draw(st.lists(st.sampled_from([80, 443, 5432, 8443]), min_size=1, max_size=3, unique=True))
-    ports = [{"number": n, "protocol": draw(st.sampled_from(["HTTP", "TLS", "TCP", "GRPC"]))} for n in numbers]
-    via = draw(st.sampled_from(["direct", "egressGateway", "proxy"]))
+    resolutions = ["DNS", *(["STATIC"] if addresses else [])] if with_hosts else ["STATIC"]
+    if not through_gateway:
+        resolutions.append("NONE")
+    resolution = draw(st.sampled_from(resolutions))
+    port_numbers = [80, 443] if through_gateway else [80, 443, 5432, 8443]
+    protocols = ["HTTP", "TLS", "GRPC", *(["TCP"] if addresses else [])]
+    numbers = draw(st.lists(st.sampled_from(port_numbers), min_size=1, max_size=3, unique=True))
+    ports = [{"number": n, "protocol": draw(st.sampled_from(protocols))} for n in numbers]
     route: dict = {"via": via}
     if via == "proxy":
         route["proxy"] = {"address": draw(st.sampled_from(["10.0.0.9", "proxy.corp.example"])), "port": 3128}
