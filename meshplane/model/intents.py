@@ -214,11 +214,19 @@ traffic through the gateway can use these ports only."""
 
 
 class EgressClient(WireModel):
+    """A workload that may reach the external application.
+
+    Enforced only through the egress gateway, which refuses every other workload identity (as long
+    as the cluster keeps pods from going out around it). With `direct` and `proxy` the traffic meets
+    no Istio proxy but the caller's own, so `clients` only decide whose Sidecar lists the hosts and
+    which namespaces see them: routing scope, not access control.
+    """
+
     service: ClientService
 
 
 class EgressIntentSpec(WireModel):
-    """An external application: where it is, how to reach it, and who may."""
+    """An external application: where it is, how to reach it, and who may (see EgressClient)."""
 
     hosts: list[Hostname] = Field(default_factory=list)
     addresses: list[IpAddress] = Field(default_factory=list)

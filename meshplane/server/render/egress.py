@@ -14,6 +14,11 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   whose egress lists what this intent lets it reach, besides the mesh (`SIDECAR_BASE_HOSTS`);
   Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
 
+Who may: only the egress gateway enforces `clients`, by workload identity (and only where the
+cluster keeps pods from going out around it). `direct` and `proxy` traffic meets no Istio proxy but
+the caller's own, so there `clients` only scope the Sidecars and the namespaces the entries are
+exported to.
+
 Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
 shares, `shared_object_name`'s DNS labels (istiod refuses a Gateway whose name has a dot).
 VirtualServices always name their Gateway `<namespace>/<name>`. The model refuses what the gateway
