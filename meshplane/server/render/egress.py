@@ -45,11 +45,11 @@ from meshplane.model.intents import (
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import Fleet, cloud_members, owner_labels, placement_targets
 from meshplane.server.render.names import (
-    SIDECAR_BASE_HOSTS,
     object_name,
     principal,
     service_host,
     shared_object_name,
+    sidecar_hosts,
     sidecar_name,
 )
 
@@ -387,7 +387,7 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
                 labels,
                 {
                     "workloadSelector": {"labels": {"app": client_name}},
-                    "egress": [{"hosts": sorted({*reachable, *SIDECAR_BASE_HOSTS})}],
+                    "egress": [{"hosts": sidecar_hosts(client_ns, reachable)}],
                 },
             )
         )

@@ -66,6 +66,20 @@ services of its own namespace and of istio-system. A Sidecar lists everything it
 so without these a client's calls to mesh services would leave as plaintext passthrough."""
 
 
+def sidecar_hosts(namespace: str, hosts: Iterable[str]) -> list[str]:
+    """The egress hosts of a Sidecar in `namespace`: `hosts` and `SIDECAR_BASE_HOSTS`, sorted, without
+    the hosts a `<ns>/*` among them already covers (`.` is `namespace`); istiod warns of each as a
+    duplicate."""
+    wanted = set(hosts) | set(SIDECAR_BASE_HOSTS)
+
+    def home(host: str) -> str:
+        owner = host.split("/", 1)[0]
+        return namespace if owner == "." else owner
+
+    whole = {home(h) for h in wanted if h.endswith("/*")}
+    return sorted(h for h in wanted if h.endswith("/*") or home(h) not in whole)
+
+
 def sidecar_name(workload: str) -> str:
     """The one Sidecar of a client workload: named after the workload, so renders of several
     intents that scope one client merge into one object (Istio honours a single Sidecar per workload)."""

@@ -213,6 +213,29 @@ def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> N
             assert {"./*", "istio-system/*"} <= set(hosts), sidecar["metadata"]["name"]
 
 
+def _duplicated_egress_hosts(sidecar: dict) -> list[str]:
+    """What istiod's validation warns of: a host listed twice, or one its namespace's `*` already covers."""
+    seen: dict[str, set[str]] = {}
+    duplicated = []
+    for host in sidecar["spec"]["egress"][0]["hosts"]:
+        namespace, name = host.split("/", 1)
+        services = seen.setdefault(sidecar["metadata"]["namespace"] if namespace == "." else namespace, set())
+        if (name != "*" and (name in services or "*" in services)) or (name == "*" and services):
+            duplicated.append(host)
+        services.add(name)
+    return duplicated
+
+
+def test_no_egress_sidecar_lists_a_host_twice() -> None:
+    intents = egress_scenario()
+    fleet = scenario_fleet(egress_intents=intents)
+    for cluster in CLUSTERS:
+        for sidecar in by_kind(render_all(render_egress_intent, intents, fleet, cluster), "Sidecar"):
+            assert _duplicated_egress_hosts(sidecar) == [], (cluster, sidecar["metadata"]["name"])
+    for sidecar in by_kind(_example_objects("edge-2"), "Sidecar"):
+        assert _duplicated_egress_hosts(sidecar) == [], sidecar["metadata"]["name"]
+
+
 def test_egress_gateway_names_are_dns_labels_unique_across_projects() -> None:
     long_intent, long_project = "i" * 63, "p" * 63
     spec = {
