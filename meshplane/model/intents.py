@@ -179,10 +179,32 @@ class Resolution(StrEnum):
     NONE = "NONE"
 
 
+class OriginationMode(StrEnum):
+    SIMPLE = "SIMPLE"
+    MUTUAL = "MUTUAL"
+
+
+class TlsOrigination(WireModel):
+    """TLS the mesh opens to the external host on a port the application speaks plain HTTP on.
+
+    The sidecar (route `direct`) or the egress gateway (`egressGateway`) connects to `targetPort`
+    with TLS and checks the host's certificate against the host's name: against the system's CAs,
+    or the `ca.crt` of the credential.
+    """
+
+    mode: OriginationMode = OriginationMode.SIMPLE
+    target_port: Port = 443
+    credential_name: Name | None = None
+    """A Secret in the egress gateway's namespace (istio-system), read by the gateway: `tls.crt` and
+    `tls.key` (the client certificate, for MUTUAL), `ca.crt` (to check the host). meshplane carries
+    only its name; the certificate stays in the cluster."""
+
+
 class EgressPort(WireModel):
     number: Port
     protocol: ServiceProtocol = ServiceProtocol.TLS
     name: Name | None = None
+    tls_origination: TlsOrigination | None = None
 
 
 class EgressProxy(WireModel):
@@ -254,7 +276,25 @@ class EgressIntentSpec(WireModel):
                 )
         if self.route.via is EgressVia.EGRESS_GATEWAY:
             self._fits_the_egress_gateway()
+        for index, port in enumerate(self.ports):
+            if port.tls_origination is not None:
+                self._can_originate(index, port, port.tls_origination)
         return self
+
+    def _can_originate(self, index: int, port: EgressPort, tls: TlsOrigination) -> None:
+        where = f"ports[{index}].tlsOrigination"
+        if not port.protocol.is_http:
+            raise ValueError(f"{where}: the application must speak HTTP on the port, not {port.protocol.value}")
+        if not self.hosts or any(h.startswith("*") for h in self.hosts):
+            raise ValueError(f"{where}: the host's certificate is checked by name: give hosts, none a wildcard")
+        if self.route.via is EgressVia.PROXY:
+            raise ValueError(f"{where}: TLS is originated by the sidecar or the egress gateway, not through a proxy")
+        if tls.mode is OriginationMode.MUTUAL and tls.credential_name is None:
+            raise ValueError(f"{where}: MUTUAL needs the credentialName of the client certificate")
+        if tls.credential_name is not None and self.route.via is not EgressVia.EGRESS_GATEWAY:
+            raise ValueError(
+                f"{where}: a credential is read by the egress gateway from its namespace: route via egressGateway"
+            )
 
     def _fits_the_egress_gateway(self) -> None:
         if self.resolution is Resolution.NONE:

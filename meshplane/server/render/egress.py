@@ -8,8 +8,11 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   hosts' traffic to it (the proxy must forward transparently, by SNI or Host header);
 - route `egressGateway`: in `istio-system` (see `GATEWAY_NAMESPACE` for why), a Gateway on the
   egress gateway, a DestinationRule with one subset per host, one VirtualService per host (mesh →
-  egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and a
-  DENY AuthorizationPolicy on the egress gateway (see `_gateway_policy`);
+  egress gateway over ISTIO_MUTUAL, egress gateway → external host, the application's TLS kept
+  end to end unless the mesh originates it), and a DENY AuthorizationPolicy on the egress gateway
+  (see `_gateway_policy`);
+- ports with `tlsOrigination`: the ServiceEntry port's `targetPort`, and per host a DestinationRule
+  opening TLS to it (`_origination_rules`), where the sidecar or the egress gateway reads it;
 - in each client's namespace, the client workload's Sidecar (`<client>-sidecar`, `app=<client>`)
   whose egress lists what this intent lets it reach, besides the mesh (`SIDECAR_BASE_HOSTS`);
   Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
@@ -151,7 +154,7 @@ def _service_entry(intent: Resource, spec: EgressIntentSpec, namespace: str, exp
     body: dict = {
         "hosts": _hosts(intent, spec),
         "location": "MESH_EXTERNAL",
-        "ports": [{"number": p.number, "name": _port_name(p), "protocol": p.protocol.value} for p in _ports(spec)],
+        "ports": [_service_entry_port(p) for p in _ports(spec)],
         "resolution": spec.resolution.value,
         "exportTo": export_to,
     }
@@ -161,6 +164,44 @@ def _service_entry(intent: Resource, spec: EgressIntentSpec, namespace: str, exp
     if spec.resolution is Resolution.STATIC:
         body["endpoints"] = [{"address": a} for a in addresses]
     return k8s_object(NETWORKING, "ServiceEntry", _name(intent, "external"), namespace, owner_labels(intent), body)
+
+
+def _service_entry_port(port: EgressPort) -> dict:
+    """With TLS origination the application's port is not the host's: the endpoints are `targetPort`."""
+    out: dict = {"number": port.number, "name": _port_name(port), "protocol": port.protocol.value}
+    if port.tls_origination is not None:
+        out["targetPort"] = port.tls_origination.target_port
+    return out
+
+
+def _origination_rules(intent: Resource, spec: EgressIntentSpec, namespace: str, export_to: list[str]) -> list[dict]:
+    """A DestinationRule per host for the ports whose TLS the mesh originates.
+
+    Through the egress gateway it lives in the gateway's namespace and is exported nowhere else: the
+    gateway opens the TLS and reads the credential from a Secret there. Direct, the clients'
+    sidecars open it, and see the rule where they see the ServiceEntry. The SNI and the names the
+    host's certificate must carry are both given: an explicit SNI turns Istio's own name check off.
+    """
+    originated = [p for p in _ports(spec) if p.tls_origination is not None]
+    if not originated:
+        return []
+    through_gateway = spec.route.via is EgressVia.EGRESS_GATEWAY
+    home = GATEWAY_NAMESPACE if through_gateway else namespace
+    audience = [GATEWAY_NAMESPACE] if through_gateway else export_to
+    objects = []
+    for index, host in enumerate(_hosts(intent, spec)):
+        settings = []
+        for port in originated:
+            assert port.tls_origination is not None
+            tls: dict = {"mode": port.tls_origination.mode.value}
+            if port.tls_origination.credential_name is not None:
+                tls["credentialName"] = port.tls_origination.credential_name
+            tls.update({"sni": host, "subjectAltNames": [host]})
+            settings.append({"port": {"number": port.number}, "tls": tls})
+        name = _gateway_side_name(intent, f"tls-{index}") if through_gateway else _name(intent, f"tls-{index}")
+        body = {"host": host, "exportTo": audience, "trafficPolicy": {"portLevelSettings": settings}}
+        objects.append(k8s_object(NETWORKING, "DestinationRule", name, home, owner_labels(intent), body))
+    return objects
 
 
 def _sni_routable(spec: EgressIntentSpec) -> bool:
@@ -363,7 +404,10 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
         audience.add(GATEWAY_NAMESPACE)
     export_to = sorted(audience)
 
-    objects = [_service_entry(intent, spec, namespace, export_to)]
+    objects = [
+        _service_entry(intent, spec, namespace, export_to),
+        *_origination_rules(intent, spec, namespace, export_to),
+    ]
     hosts = _hosts(intent, spec)
     reachable = [f"{namespace}/{h}" for h in hosts]
     if via is EgressVia.PROXY:

@@ -72,6 +72,24 @@ def egress_scenario() -> list[Resource]:
                 "placement": {"logicalCloud": "ops"},
             },
         ),
+        # A partner's API that wants a client certificate: the egress gateway opens TLS with it.
+        parse(
+            "EgressIntent",
+            "partner",
+            {
+                "hosts": ["api.partner.example"],
+                "ports": [
+                    {
+                        "number": 80,
+                        "protocol": "HTTP",
+                        "tlsOrigination": {"mode": "MUTUAL", "credentialName": "partner-client"},
+                    }
+                ],
+                "route": {"via": "egressGateway"},
+                "clients": [{"service": {"name": "checkout", "serviceAccount": "checkout-sa"}}],
+                "placement": {"logicalCloud": "retail"},
+            },
+        ),
         # A database outside the mesh, known only by its addresses, reached directly from core-1.
         parse(
             "EgressIntent",
@@ -133,7 +151,7 @@ def test_egress_gateway_route_steers_mesh_traffic_through_the_gateway_and_admits
 def test_addresses_without_hosts_get_a_synthesized_host_and_static_endpoints() -> None:
     intents = egress_scenario()
     (entry,) = by_kind(
-        render_egress_intent(intents[2], scenario_fleet(egress_intents=intents), "core-1"), "ServiceEntry"
+        render_egress_intent(intents[3], scenario_fleet(egress_intents=intents), "core-1"), "ServiceEntry"
     )
     assert entry["spec"]["hosts"] == ["ledger-db.shop.external"]
     assert entry["spec"]["resolution"] == "STATIC"
@@ -144,7 +162,7 @@ def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
     intents = egress_scenario()
     fleet = scenario_fleet(egress_intents=intents)
     # ledger-db is on core-1 only; its retail client `cart` does not run there.
-    sidecars = by_kind(render_egress_intent(intents[2], fleet, "core-1"), "Sidecar")
+    sidecars = by_kind(render_egress_intent(intents[3], fleet, "core-1"), "Sidecar")
     assert [(s["metadata"]["namespace"], s["metadata"]["name"]) for s in sidecars] == [("ops", "billing-sidecar")]
 
 
@@ -205,7 +223,12 @@ def test_two_intents_for_one_host_each_admit_their_own_clients() -> None:
 def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> None:
     intents = egress_scenario()
     fleet = scenario_fleet(egress_intents=intents)
-    for intent, cluster in ((intents[0], "edge-2"), (intents[1], "core-1"), (intents[2], "core-1")):
+    for intent, cluster in (
+        (intents[0], "edge-2"),
+        (intents[1], "core-1"),
+        (intents[2], "edge-2"),
+        (intents[3], "core-1"),
+    ):
         sidecars = by_kind(render_egress_intent(intent, fleet, cluster), "Sidecar")
         assert sidecars
         for sidecar in sidecars:
@@ -307,6 +330,95 @@ def test_resolution_none_cannot_go_through_the_egress_gateway() -> None:
     assert "NONE" in message and "egress gateway" in message
 
 
+# --- TLS origination --------------------------------------------------------------------------------
+
+
+def _originating(via: str, tls: dict) -> Resource:
+    return parse(
+        "EgressIntent",
+        "partner",
+        {
+            "hosts": ["api.partner.example"],
+            "ports": [{"number": 80, "protocol": "HTTP", "tlsOrigination": tls}],
+            "route": {"via": via},
+            "clients": [{"service": {"name": "cart"}}],
+            "placement": {"logicalCloud": "retail"},
+        },
+    )
+
+
+def _origination_tls(objects: list[dict]) -> tuple[dict, dict]:
+    """The DestinationRule for the external host and its port-80 TLS settings."""
+    (rule,) = [r for r in by_kind(objects, "DestinationRule") if r["spec"]["host"] == "api.partner.example"]
+    (setting,) = rule["spec"]["trafficPolicy"]["portLevelSettings"]
+    assert setting["port"] == {"number": 80}
+    return rule, setting["tls"]
+
+
+def test_the_sidecar_originates_tls_to_the_target_port_and_checks_the_host_name() -> None:
+    intent = _originating("direct", {"mode": "SIMPLE"})
+    objects = render_egress_intent(intent, scenario_fleet(egress_intents=[intent]), "edge-2")
+    (entry,) = by_kind(objects, "ServiceEntry")
+    assert entry["spec"]["ports"] == [{"number": 80, "name": "http-80", "protocol": "HTTP", "targetPort": 443}]
+    rule, tls = _origination_tls(objects)
+    assert rule["metadata"]["namespace"] == "shop"
+    assert rule["spec"]["exportTo"] == entry["spec"]["exportTo"]
+    # An explicit SNI turns off Istio's automatic name check: the names are given with it.
+    assert tls == {"mode": "SIMPLE", "sni": "api.partner.example", "subjectAltNames": ["api.partner.example"]}
+    for obj in objects:
+        assert validate_istio(obj) == [], obj["metadata"]["name"]
+
+
+def test_the_egress_gateway_originates_mutual_tls_with_the_credential_of_its_namespace() -> None:
+    intent = _originating("egressGateway", {"mode": "MUTUAL", "credentialName": "partner-client", "targetPort": 8443})
+    objects = render_egress_intent(intent, scenario_fleet(egress_intents=[intent]), "edge-2")
+    (entry,) = by_kind(objects, "ServiceEntry")
+    assert entry["spec"]["ports"][0]["targetPort"] == 8443
+    rule, tls = _origination_tls(objects)
+    # Read by the gateway only: in its namespace, seen by no sidecar.
+    assert rule["metadata"]["namespace"] == GATEWAY_NAMESPACE
+    assert rule["spec"]["exportTo"] == [GATEWAY_NAMESPACE]
+    assert DNS_LABEL.match(rule["metadata"]["name"])
+    assert tls == {
+        "mode": "MUTUAL",
+        "credentialName": "partner-client",
+        "sni": "api.partner.example",
+        "subjectAltNames": ["api.partner.example"],
+    }
+    # The mesh leg stays Istio mTLS to the gateway, which sends the request on to the host's port 80.
+    (route,) = by_kind(objects, "VirtualService")
+    assert [r["route"][0]["destination"]["host"] for r in route["spec"]["http"]] == [
+        "istio-egressgateway.istio-system.svc.cluster.local",
+        "api.partner.example",
+    ]
+    for obj in objects:
+        assert validate_istio(obj) == [], obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"ports": [{"number": 443, "protocol": "TLS", "tlsOrigination": {}}]}, "must speak HTTP"),
+        ({"hosts": ["*.partner.example"], "resolution": "NONE"}, "none a wildcard"),
+        ({"route": {"via": "proxy", "proxy": {"address": "10.0.0.9", "port": 3128}}}, "not through a proxy"),
+        ({"ports": [{"number": 80, "protocol": "HTTP", "tlsOrigination": {"mode": "MUTUAL"}}]}, "MUTUAL needs"),
+        (
+            {"ports": [{"number": 80, "protocol": "HTTP", "tlsOrigination": {"credentialName": "c"}}]},
+            "route via egressGateway",
+        ),
+    ],
+)
+def test_tls_origination_is_refused_where_it_cannot_work(change: dict, refused: str) -> None:
+    spec = {
+        "hosts": ["api.partner.example"],
+        "ports": [{"number": 80, "protocol": "HTTP", "tlsOrigination": {"mode": "SIMPLE"}}],
+        "route": {"via": "direct"},
+        **change,
+    }
+    message = _refusal(spec)
+    assert "tlsOrigination" in message and refused in message
+
+
 # --- properties over generated fleets -----------------------------------------------------------
 
 INTENT_NAMES = ("pay", "pay-ops", "db", "a", "a-b")
@@ -330,6 +442,12 @@ def egress_specs(draw: st.DrawFn, index: int) -> dict:
     protocols = ["HTTP", "TLS", "GRPC", *(["TCP"] if addresses else [])]
     numbers = draw(st.lists(st.sampled_from(port_numbers), min_size=1, max_size=3, unique=True))
     ports = [{"number": n, "protocol": draw(st.sampled_from(protocols))} for n in numbers]
+    if hosts and via != "proxy":
+        for port in ports:
+            if port["protocol"] == "HTTP" and draw(st.booleans()):
+                port["tlsOrigination"] = (
+                    {"mode": "MUTUAL", "credentialName": "client-cert"} if through_gateway else {"mode": "SIMPLE"}
+                )
     route: dict = {"via": via}
     if via == "proxy":
         route["proxy"] = {"address": draw(st.sampled_from(["10.0.0.9", "proxy.corp.example"])), "port": 3128}
