@@ -261,11 +261,13 @@ def _gateway_objects(
     for port in ports:
         # The mesh leg is always ISTIO_MUTUAL so that the gateway sees each client's identity;
         # TLS from the application stays inside it, untouched, all the way to the external host.
+        # Hosts bound as `./<host>`: only VirtualServices of istio-system (ours) attach to them, not
+        # a tenant's from its own namespace claiming the host on the shared gateway.
         protocol = "HTTPS" if port.protocol.is_http else "TLS"
         servers.append(
             {
                 "port": {"number": port.number, "name": f"{protocol.lower()}-{port.number}", "protocol": protocol},
-                "hosts": hosts,
+                "hosts": [f"./{h}" for h in hosts],
                 "tls": {"mode": "ISTIO_MUTUAL"},
             }
         )

@@ -295,6 +295,17 @@ def test_egress_gateway_names_are_dns_labels_unique_across_projects() -> None:
                     assert gateway_name == "mesh" or DNS_LABEL.match(gateway_name.split("/", 1)[1])
 
 
+def test_only_virtual_services_of_the_gateway_namespace_bind_to_the_egress_gateway() -> None:
+    """A Gateway host without a namespace takes VirtualServices from any namespace: another tenant's
+    could claim the host on the shared gateway and send every project's egress elsewhere."""
+    intents = egress_scenario()
+    fleet = scenario_fleet(egress_intents=intents)
+    for intent in (intents[0], intents[2]):
+        (gateway,) = by_kind(render_egress_intent(intent, fleet, "edge-2"), "Gateway")
+        for server in gateway["spec"]["servers"]:
+            assert all(host.startswith("./") for host in server["hosts"]), server
+
+
 def _refusal(spec: dict) -> str:
     with pytest.raises(InvalidObject) as caught:
         parse("EgressIntent", "db", spec)
