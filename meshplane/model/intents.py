@@ -179,10 +179,32 @@ class Resolution(StrEnum):
     NONE = "NONE"
 
 
+class OriginationMode(StrEnum):
+    SIMPLE = "SIMPLE"
+    MUTUAL = "MUTUAL"
+
+
+class TlsOrigination(WireModel):
+    """TLS the mesh opens to the external host on a port the application speaks plain HTTP on.
+
+    The sidecar (route `direct`) or the egress gateway (`egressGateway`) connects to `targetPort`
+    with TLS and checks the host's certificate against the host's name: against the system's CAs,
+    or the `ca.crt` of the credential.
+    """
+
+    mode: OriginationMode = OriginationMode.SIMPLE
+    target_port: Port = 443
+    credential_name: Name | None = None
+    """A Secret in the egress gateway's namespace (istio-system), read by the gateway: `tls.crt` and
+    `tls.key` (the client certificate, for MUTUAL), `ca.crt` (to check the host). meshplane carries
+    only its name; the certificate stays in the cluster."""
+
+
 class EgressPort(WireModel):
     number: Port
     protocol: ServiceProtocol = ServiceProtocol.TLS
     name: Name | None = None
+    tls_origination: TlsOrigination | None = None
 
 
 class EgressProxy(WireModel):
@@ -207,12 +229,26 @@ class EgressRoute(WireModel):
         return self
 
 
+EGRESS_GATEWAY_PORTS = (80, 443)
+"""The ports of the stock egress gateway Service (`istio-egressgateway` in istio-system: 80 -> 8080,
+443 -> 8443). A Gateway server binds the Service port and the pods listen on its target port, so
+traffic through the gateway can use these ports only."""
+
+
 class EgressClient(WireModel):
+    """A workload that may reach the external application.
+
+    Enforced only through the egress gateway, which refuses every other workload identity (as long
+    as the cluster keeps pods from going out around it). With `direct` and `proxy` the traffic meets
+    no Istio proxy but the caller's own, so `clients` only decide whose Sidecar lists the hosts and
+    which namespaces see them: routing scope, not access control.
+    """
+
     service: ClientService
 
 
 class EgressIntentSpec(WireModel):
-    """An external application: where it is, how to reach it, and who may."""
+    """An external application: where it is, how to reach it, and who may (see EgressClient)."""
 
     hosts: list[Hostname] = Field(default_factory=list)
     addresses: list[IpAddress] = Field(default_factory=list)
@@ -232,7 +268,47 @@ class EgressIntentSpec(WireModel):
             raise ValueError("resolution DNS needs hosts")
         if any(h.startswith("*") for h in self.hosts) and self.resolution is Resolution.DNS:
             raise ValueError("a wildcard host cannot be resolved by DNS: use resolution NONE")
+        for index, port in enumerate(self.ports):
+            if port.protocol is ServiceProtocol.TCP and not self.addresses:
+                raise ValueError(
+                    f"ports[{index}]: a TCP port needs addresses: without them every sidecar that sees this "
+                    f"entry would send all its port {port.number} traffic here, whatever its destination"
+                )
+        if self.route.via is EgressVia.EGRESS_GATEWAY:
+            self._fits_the_egress_gateway()
+        for index, port in enumerate(self.ports):
+            if port.tls_origination is not None:
+                self._can_originate(index, port, port.tls_origination)
         return self
+
+    def _can_originate(self, index: int, port: EgressPort, tls: TlsOrigination) -> None:
+        where = f"ports[{index}].tlsOrigination"
+        if not port.protocol.is_http:
+            raise ValueError(f"{where}: the application must speak HTTP on the port, not {port.protocol.value}")
+        if not self.hosts or any(h.startswith("*") for h in self.hosts):
+            raise ValueError(f"{where}: the host's certificate is checked by name: give hosts, none a wildcard")
+        if self.route.via is EgressVia.PROXY:
+            raise ValueError(f"{where}: TLS is originated by the sidecar or the egress gateway, not through a proxy")
+        if tls.mode is OriginationMode.MUTUAL and tls.credential_name is None:
+            raise ValueError(f"{where}: MUTUAL needs the credentialName of the client certificate")
+        if tls.credential_name is not None and self.route.via is not EgressVia.EGRESS_GATEWAY:
+            raise ValueError(
+                f"{where}: a credential is read by the egress gateway from its namespace: route via egressGateway"
+            )
+
+    def _fits_the_egress_gateway(self) -> None:
+        if self.resolution is Resolution.NONE:
+            raise ValueError(
+                "resolution NONE cannot go through the egress gateway: the gateway must resolve the host "
+                "itself and be told it by SNI; use DNS or STATIC, or route direct"
+            )
+        for index, port in enumerate(self.ports):
+            if port.number not in EGRESS_GATEWAY_PORTS:
+                served = ", ".join(str(p) for p in EGRESS_GATEWAY_PORTS)
+                raise ValueError(
+                    f"ports[{index}]: the egress gateway serves ports {served} only, not {port.number}; "
+                    "route this port direct or via a proxy"
+                )
 
 
 class DnsTarget(WireModel):

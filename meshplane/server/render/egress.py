@@ -8,17 +8,24 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
   hosts' traffic to it (the proxy must forward transparently, by SNI or Host header);
 - route `egressGateway`: in `istio-system` (see `GATEWAY_NAMESPACE` for why), a Gateway on the
   egress gateway, a DestinationRule with one subset per host, one VirtualService per host (mesh →
-  egress gateway over ISTIO_MUTUAL, egress gateway → external host, TLS kept end to end), and an
-  AuthorizationPolicy on the egress gateway allowing only the clients' principals to those hosts;
+  egress gateway over ISTIO_MUTUAL, egress gateway → external host, the application's TLS kept
+  end to end unless the mesh originates it), and a DENY AuthorizationPolicy on the egress gateway
+  (see `_gateway_policy`);
+- ports with `tlsOrigination`: the ServiceEntry port's `targetPort`, and per host a DestinationRule
+  opening TLS to it (`_origination_rules`), where the sidecar or the egress gateway reads it;
 - in each client's namespace, the client workload's Sidecar (`<client>-sidecar`, `app=<client>`)
-  whose egress lists exactly what this intent lets it reach; Istio honours one Sidecar per
-  workload, so the cluster's render merges those of several intents into one.
+  whose egress lists what this intent lets it reach, besides the mesh (`SIDECAR_BASE_HOSTS`);
+  Istio honours one Sidecar per workload, so the cluster's render merges those of several intents.
+
+Who may: only the egress gateway enforces `clients`, by workload identity (and only where the
+cluster keeps pods from going out around it). `direct` and `proxy` traffic meets no Istio proxy but
+the caller's own, so there `clients` only scope the Sidecars and the namespaces the entries are
+exported to.
 
 Names: `<intent>-<purpose>` in the intent's namespace; in `istio-system`, which every project
-shares, `<intent>-<purpose>.<project>` (names.py's scheme). VirtualServices always name their
-Gateway `<namespace>/<name>`: Istio would read a bare dotted name as the legacy `<name>.<namespace>`.
-Resolution NONE through the egress gateway is rendered but cannot work for wildcard hosts: the
-gateway needs a host to resolve and an SNI to set.
+shares, `shared_object_name`'s DNS labels (istiod refuses a Gateway whose name has a dot).
+VirtualServices always name their Gateway `<namespace>/<name>`. The model refuses what the gateway
+cannot carry: ports its Service lacks (`EGRESS_GATEWAY_PORTS`) and resolution NONE.
 
 Only clients whose logical cloud includes the cluster get anything there; the ServiceEntries and
 VirtualServices are exported only to the namespaces that need them.
@@ -40,7 +47,14 @@ from meshplane.model.intents import (
 )
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import Fleet, cloud_members, owner_labels, placement_targets
-from meshplane.server.render.names import object_name, principal, service_host, sidecar_name
+from meshplane.server.render.names import (
+    object_name,
+    principal,
+    service_host,
+    shared_object_name,
+    sidecar_hosts,
+    sidecar_name,
+)
 
 NETWORKING = "networking.istio.io/v1"
 SECURITY = "security.istio.io/v1"
@@ -59,8 +73,8 @@ def _name(intent: Resource, purpose: str) -> str:
 
 
 def _gateway_side_name(intent: Resource, purpose: str) -> str:
-    """In `istio-system`, which every project shares: `<intent>-<purpose>-<project>`."""
-    return object_name(intent.metadata.name, purpose, intent.metadata.project)
+    """In `istio-system`, which every project shares: a DNS label unique across projects."""
+    return shared_object_name(intent.metadata.project or "", intent.metadata.name, purpose)
 
 
 def subset_name(intent: Resource, index: int) -> str:
@@ -140,7 +154,7 @@ def _service_entry(intent: Resource, spec: EgressIntentSpec, namespace: str, exp
     body: dict = {
         "hosts": _hosts(intent, spec),
         "location": "MESH_EXTERNAL",
-        "ports": [{"number": p.number, "name": _port_name(p), "protocol": p.protocol.value} for p in _ports(spec)],
+        "ports": [_service_entry_port(p) for p in _ports(spec)],
         "resolution": spec.resolution.value,
         "exportTo": export_to,
     }
@@ -150,6 +164,44 @@ def _service_entry(intent: Resource, spec: EgressIntentSpec, namespace: str, exp
     if spec.resolution is Resolution.STATIC:
         body["endpoints"] = [{"address": a} for a in addresses]
     return k8s_object(NETWORKING, "ServiceEntry", _name(intent, "external"), namespace, owner_labels(intent), body)
+
+
+def _service_entry_port(port: EgressPort) -> dict:
+    """With TLS origination the application's port is not the host's: the endpoints are `targetPort`."""
+    out: dict = {"number": port.number, "name": _port_name(port), "protocol": port.protocol.value}
+    if port.tls_origination is not None:
+        out["targetPort"] = port.tls_origination.target_port
+    return out
+
+
+def _origination_rules(intent: Resource, spec: EgressIntentSpec, namespace: str, export_to: list[str]) -> list[dict]:
+    """A DestinationRule per host for the ports whose TLS the mesh originates.
+
+    Through the egress gateway it lives in the gateway's namespace and is exported nowhere else: the
+    gateway opens the TLS and reads the credential from a Secret there. Direct, the clients'
+    sidecars open it, and see the rule where they see the ServiceEntry. The SNI and the names the
+    host's certificate must carry are both given: an explicit SNI turns Istio's own name check off.
+    """
+    originated = [p for p in _ports(spec) if p.tls_origination is not None]
+    if not originated:
+        return []
+    through_gateway = spec.route.via is EgressVia.EGRESS_GATEWAY
+    home = GATEWAY_NAMESPACE if through_gateway else namespace
+    audience = [GATEWAY_NAMESPACE] if through_gateway else export_to
+    objects = []
+    for index, host in enumerate(_hosts(intent, spec)):
+        settings = []
+        for port in originated:
+            assert port.tls_origination is not None
+            tls: dict = {"mode": port.tls_origination.mode.value}
+            if port.tls_origination.credential_name is not None:
+                tls["credentialName"] = port.tls_origination.credential_name
+            tls.update({"sni": host, "subjectAltNames": [host]})
+            settings.append({"port": {"number": port.number}, "tls": tls})
+        name = _gateway_side_name(intent, f"tls-{index}") if through_gateway else _name(intent, f"tls-{index}")
+        body = {"host": host, "exportTo": audience, "trafficPolicy": {"portLevelSettings": settings}}
+        objects.append(k8s_object(NETWORKING, "DestinationRule", name, home, owner_labels(intent), body))
+    return objects
 
 
 def _sni_routable(spec: EgressIntentSpec) -> bool:
@@ -198,7 +250,7 @@ def _proxy_objects(
 
 
 def _gateway_objects(
-    intent: Resource, spec: EgressIntentSpec, clients: list[_Client], export_to: list[str]
+    intent: Resource, spec: EgressIntentSpec, fleet: Fleet, cluster: str, export_to: list[str]
 ) -> list[dict]:
     labels = owner_labels(intent)
     hosts = _hosts(intent, spec)
@@ -209,11 +261,13 @@ def _gateway_objects(
     for port in ports:
         # The mesh leg is always ISTIO_MUTUAL so that the gateway sees each client's identity;
         # TLS from the application stays inside it, untouched, all the way to the external host.
+        # Hosts bound as `./<host>`: only VirtualServices of istio-system (ours) attach to them, not
+        # a tenant's from its own namespace claiming the host on the shared gateway.
         protocol = "HTTPS" if port.protocol.is_http else "TLS"
         servers.append(
             {
                 "port": {"number": port.number, "name": f"{protocol.lower()}-{port.number}", "protocol": protocol},
-                "hosts": hosts,
+                "hosts": [f"./{h}" for h in hosts],
                 "tls": {"mode": "ISTIO_MUTUAL"},
             }
         )
@@ -281,25 +335,61 @@ def _gateway_objects(
             {"host": EGRESS_GATEWAY_HOST, "exportTo": export_to, "subsets": subsets},
         )
     )
-    # Always present, even with no clients here: an ALLOW policy that matches nobody keeps the
-    # hosts closed instead of leaving them to whatever other policies the gateway has.
-    policy: dict = {"selector": {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}, "action": "ALLOW"}
-    if clients:
-        policy["rules"] = [
-            {
-                "from": [{"source": {"principals": sorted({c.principal for c in clients})}}],
-                "to": [{"operation": {"ports": [str(p.number) for p in ports]}}],
-                # The mesh leg's SNI is the external host (the DestinationRule sets it): scope by it
-                # so that this policy opens only this intent's hosts.
-                "when": [{"key": "connection.sni", "values": hosts}],
-            }
-        ]
-    objects.append(
-        k8s_object(
-            SECURITY, "AuthorizationPolicy", _gateway_side_name(intent, "egress"), GATEWAY_NAMESPACE, labels, policy
-        )
-    )
+    objects.append(_gateway_policy(intent, fleet, cluster, hosts))
     return objects
+
+
+def _gateway_principals(fleet: Fleet, intent: Resource, cluster: str) -> dict[str, set[str]]:
+    """host -> the principals any intent lets through the egress gateway of `cluster` to it.
+
+    Several intents (of any project) may name one host; each admits its own clients, so what one
+    intent's policy refuses is what none of them admits. The intent being rendered replaces any
+    stored version of itself.
+    """
+    intents = {(i.metadata.project, i.metadata.name): i for i in fleet.egress_intents}
+    intents[(intent.metadata.project, intent.metadata.name)] = intent
+    allowed: dict[str, set[str]] = {}
+    for other in intents.values():
+        spec: EgressIntentSpec = other.spec
+        if spec.route.via is not EgressVia.EGRESS_GATEWAY:
+            continue
+        targets = placement_targets(fleet, other.metadata.project or "", spec.placement)
+        if cluster not in targets:
+            continue
+        clients = {c.principal for c in _clients_here(fleet, other, spec, cluster, targets[cluster])}
+        for host in _hosts(other, spec):
+            allowed.setdefault(host, set()).update(clients)
+    return allowed
+
+
+def _gateway_policy(intent: Resource, fleet: Fleet, cluster: str, hosts: list[str]) -> dict:
+    """A DENY on the egress gateway: connections to this intent's hosts from anyone not admitted.
+
+    DENY, not ALLOW: an ALLOW policy on the shared gateway would close every host no intent names.
+    The hosts are told apart by SNI, which the DestinationRule sets to the host on the mesh leg and
+    which the gateway routes by (Envoy compares it lower-cased, as the model's hosts are). Ports
+    are left out: the gateway's filters see its pods' target ports, not the Service's. A host no
+    client may reach is closed to all.
+    """
+    admitted = _gateway_principals(fleet, intent, cluster)
+    by_principals: dict[tuple[str, ...], list[str]] = {}
+    for host in hosts:
+        by_principals.setdefault(tuple(sorted(admitted.get(host, set()))), []).append(host)
+    rules = []
+    for principals, group in sorted(by_principals.items(), key=lambda item: item[1]):
+        rule: dict = {}
+        if principals:
+            rule["from"] = [{"source": {"notPrincipals": list(principals)}}]
+        rule["when"] = [{"key": "connection.sni", "values": group}]
+        rules.append(rule)
+    return k8s_object(
+        SECURITY,
+        "AuthorizationPolicy",
+        _gateway_side_name(intent, "egress"),
+        GATEWAY_NAMESPACE,
+        owner_labels(intent),
+        {"selector": {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}, "action": "DENY", "rules": rules},
+    )
 
 
 def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[dict]:
@@ -316,7 +406,10 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
         audience.add(GATEWAY_NAMESPACE)
     export_to = sorted(audience)
 
-    objects = [_service_entry(intent, spec, namespace, export_to)]
+    objects = [
+        _service_entry(intent, spec, namespace, export_to),
+        *_origination_rules(intent, spec, namespace, export_to),
+    ]
     hosts = _hosts(intent, spec)
     reachable = [f"{namespace}/{h}" for h in hosts]
     if via is EgressVia.PROXY:
@@ -325,7 +418,7 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
         reachable.append(f"{namespace}/{proxy_host}")
     elif via is EgressVia.EGRESS_GATEWAY:
         gateway_export = sorted({GATEWAY_NAMESPACE, *(c.namespace for c in clients)})
-        objects += _gateway_objects(intent, spec, clients, gateway_export)
+        objects += _gateway_objects(intent, spec, fleet, cluster, gateway_export)
         reachable += [f"{GATEWAY_NAMESPACE}/{h}" for h in hosts]
         reachable.append(f"{GATEWAY_NAMESPACE}/{EGRESS_GATEWAY_HOST}")
 
@@ -340,7 +433,7 @@ def render_egress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[d
                 labels,
                 {
                     "workloadSelector": {"labels": {"app": client_name}},
-                    "egress": [{"hosts": sorted(set(reachable))}],
+                    "egress": [{"hosts": sidecar_hosts(client_ns, reachable)}],
                 },
             )
         )

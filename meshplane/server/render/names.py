@@ -48,6 +48,38 @@ def object_name(intent: str, purpose: str, qualifier: str | None = None) -> str:
     return f"{intent}-{purpose}" if qualifier is None else f"{intent}-{purpose}.{qualifier}"
 
 
+def shared_object_name(project: str, intent: str, purpose: str) -> str:
+    """A name in a namespace every project shares (istio-system): `<intent>-<purpose>-<project>-<digest>`.
+
+    A DNS label, since istiod refuses a Gateway whose name is not one, and a VirtualService naming
+    such a Gateway. Cut to 63 characters; the digest of all three parts keeps two projects' names
+    apart however their parts join or get cut.
+    """
+    digest = hashlib.sha256("\x1f".join((project, intent, purpose)).encode()).hexdigest()[:10]
+    readable = f"{intent}-{purpose}-{project}"[: 63 - len(digest) - 1].rstrip("-")
+    return f"{readable}-{digest}"
+
+
+SIDECAR_BASE_HOSTS = ("./*", "istio-system/*")
+"""What every rendered Sidecar lets its workload reach besides the hosts intents give it: the
+services of its own namespace and of istio-system. A Sidecar lists everything its workload may see,
+so without these a client's calls to mesh services would leave as plaintext passthrough."""
+
+
+def sidecar_hosts(namespace: str, hosts: Iterable[str]) -> list[str]:
+    """The egress hosts of a Sidecar in `namespace`: `hosts` and `SIDECAR_BASE_HOSTS`, sorted, without
+    the hosts a `<ns>/*` among them already covers (`.` is `namespace`); istiod warns of each as a
+    duplicate."""
+    wanted = set(hosts) | set(SIDECAR_BASE_HOSTS)
+
+    def home(host: str) -> str:
+        owner = host.split("/", 1)[0]
+        return namespace if owner == "." else owner
+
+    whole = {home(h) for h in wanted if h.endswith("/*")}
+    return sorted(h for h in wanted if h.endswith("/*") or home(h) not in whole)
+
+
 def sidecar_name(workload: str) -> str:
     """The one Sidecar of a client workload: named after the workload, so renders of several
     intents that scope one client merge into one object (Istio honours a single Sidecar per workload)."""

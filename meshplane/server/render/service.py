@@ -50,6 +50,7 @@ from meshplane.server.render.names import (
     EAST_WEST_GATEWAY,
     EAST_WEST_PORT,
     EAST_WEST_SELECTOR,
+    SIDECAR_BASE_HOSTS,
     HostKey,
     allocate_vips,
     object_name,
@@ -68,7 +69,6 @@ OWNERS_ANNOTATION = f"{GROUP_LABEL}/intents"
 
 _REGION_LABELS = ("topology.kubernetes.io/region", "region")
 _ZONE_LABELS = ("topology.kubernetes.io/zone", "zone")
-_SIDECAR_BASE_HOSTS = ("./*", "istio-system/*")
 
 # Istio fails over by locality only when outlier detection can eject the failing endpoints.
 _FAILOVER_OUTLIER_DEFAULTS = {"consecutive5xxErrors": 5, "interval": "10s", "baseEjectionTime": "30s"}
@@ -389,7 +389,7 @@ def _sidecars(
 
 
 def _sidecar_hosts(hosts: Iterable[str]) -> list[str]:
-    return sorted(set(hosts) | set(_SIDECAR_BASE_HOSTS))
+    return sorted(set(hosts) | set(SIDECAR_BASE_HOSTS))
 
 
 # --- traffic policy -----------------------------------------------------------------------------
