@@ -244,7 +244,7 @@ def _server_objects(
             {"selector": selector, "mtls": {"mode": spec.mtls.value}},
         )
     ]
-    rules = _authorization_rules(spec, clients)
+    rules = _authorization_rules(spec, clients, fleet.trust_domain)
     allow_spec: dict = {"selector": selector, "action": "ALLOW"}
     if rules[Action.ALLOW]:
         allow_spec["rules"] = rules[Action.ALLOW]
@@ -260,7 +260,9 @@ def _server_objects(
     return out
 
 
-def _authorization_rules(spec: ServiceIntentSpec, clients: list[_PlacedClient]) -> dict[Action, list[dict]]:
+def _authorization_rules(
+    spec: ServiceIntentSpec, clients: list[_PlacedClient], trust_domain: str
+) -> dict[Action, list[dict]]:
     """ALLOW and DENY rules from the clients' access rules, deduplicated and in a canonical order.
 
     A client with no identity to match (its logical cloud has no cluster) gets no rule: a rule
@@ -268,7 +270,7 @@ def _authorization_rules(spec: ServiceIntentSpec, clients: list[_PlacedClient]) 
     """
     rules: dict[Action, dict[str, dict]] = {Action.ALLOW: {}, Action.DENY: {}}
     for placed in clients:
-        sources = _sources(placed)
+        sources = _sources(placed, trust_domain)
         if not sources:
             continue
         for access in placed.client.access:
@@ -295,13 +297,13 @@ def _authorization_rules(spec: ServiceIntentSpec, clients: list[_PlacedClient]) 
     return {action: [by_key[k] for k in sorted(by_key)] for action, by_key in rules.items()}
 
 
-def _sources(placed: _PlacedClient) -> list[dict]:
+def _sources(placed: _PlacedClient, trust_domain: str) -> list[dict]:
     """Who the client is: its principal in every namespace it runs in, and / or its CIDRs (either matches)."""
     sources = []
     service = placed.client.service
     if service is not None and placed.clusters:
         account = service.service_account or service.name
-        principals = sorted({principal(ns, account) for ns in placed.clusters.values()})
+        principals = sorted({principal(trust_domain, ns, account) for ns in placed.clusters.values()})
         sources.append({"source": {"principals": principals}})
     if placed.client.cidrs:
         sources.append({"source": {"ipBlocks": sorted(set(placed.client.cidrs))}})
