@@ -25,10 +25,12 @@ Class E (240.0.0.0/4) is never routed, so a VIP never shadows a real address; 24
 left alone because Istio's own DNS auto-allocation hands out addresses from it.
 """
 
-EAST_WEST_GATEWAY = "eastwest.meshplane"
+EAST_WEST_GATEWAY = "meshplane-eastwest"
 """The name of the Gateway that opens a namespace's services to other clusters' east-west traffic.
 
-Intent names are DNS labels, so a name with a dot never meets an `<intent>-<purpose>` name.
+A DNS label, as istiod's validation demands of every Gateway name. It holds one `-`, so as an
+`<intent>-<purpose>[...]` name it could only be the purpose `eastwest` of an intent named
+`meshplane`: no renderer has that purpose (the Gateways intents render are `<intent>-gateway...`).
 """
 
 EAST_WEST_SELECTOR = {"istio": "eastwestgateway"}

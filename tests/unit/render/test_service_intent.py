@@ -273,7 +273,7 @@ def test_the_east_west_gateway_is_rendered_only_where_other_clusters_call_in(sce
         cluster: [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in render_cluster(scenario, cluster)]
         for cluster in ("core-1", "edge-1", "edge-2")
     }
-    namespaces = {c: [ns for ns, name in objs if name == "eastwest.meshplane"] for c, objs in gateways.items()}
+    namespaces = {c: [ns for ns, name in objs if name == "meshplane-eastwest"] for c, objs in gateways.items()}
     # retail's orders is called from core-1 (edge-1, edge-2 serve it); ops' orders from edge-2.
     assert namespaces == {
         "core-1": ["ops"],
