@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, AnyHttpUrl, Field, model_validator
 
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
@@ -151,6 +152,60 @@ class IntentClient(WireModel):
         return self
 
 
+class JwtRule(WireModel):
+    """How one issuer's tokens are validated: the part of Istio's JWTRule meshplane renders.
+
+    A request with a token that fails validation is refused (401); one without a token passes on
+    to the authorization rules without claims, so conditions on claims do not match it.
+    """
+
+    issuer: str = Field(min_length=1)
+    jwks_uri: AnyHttpUrl | None = None
+    """Where istiod fetches the issuer's key set (JWKS)."""
+    jwks: str | None = None
+    """Or the key set itself, inline JSON."""
+    audiences: list[str] = Field(default_factory=list)
+    """Accepted `aud` values; empty: any."""
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JwtRule:
+        if (self.jwks is None) == (self.jwks_uri is None):
+            raise ValueError("give exactly one of jwksUri and jwks")
+        return self
+
+
+class IntentAuthentication(WireModel):
+    """Who validates request tokens: without it no claim and no request principal is ever set."""
+
+    jwt: list[JwtRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _issuers_once(self) -> IntentAuthentication:
+        issuers = [rule.issuer for rule in self.jwt]
+        if len(issuers) != len(set(issuers)):
+            raise ValueError("jwt: an issuer is listed twice")
+        return self
+
+    def token_problems(
+        self, path: str, claims: Mapping[str, str], request_principals: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """(path, message) for conditions on tokens that no configured issuer could ever satisfy."""
+        problems = []
+        issuers = {rule.issuer for rule in self.jwt}
+        if (claims or request_principals) and not issuers:
+            field = "jwtClaims" if claims else "sources.requestPrincipals"
+            problems.append(
+                (
+                    f"{path}.{field}",
+                    "token conditions need authentication.jwt: without a validated token no claim or request "
+                    "principal is set, so an ALLOW rule never matches and a DENY rule never applies",
+                )
+            )
+        elif "iss" in claims and claims["iss"] not in issuers:
+            problems.append((f"{path}.jwtClaims.iss", f"{claims['iss']!r} is not an issuer in authentication.jwt"))
+        return problems
+
+
 class ServiceIntentSpec(WireModel):
     """Who may call a service, how, and where its replicas run."""
 
@@ -159,6 +214,17 @@ class ServiceIntentSpec(WireModel):
     mtls: MtlsMode = MtlsMode.STRICT
     traffic_policy: TrafficPolicy = Field(default_factory=TrafficPolicy)
     clients: list[IntentClient] = Field(default_factory=list)
+    authentication: IntentAuthentication = Field(default_factory=IntentAuthentication)
+    """How the server's sidecar validates request tokens (rendered as a RequestAuthentication)."""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules across fields, as (path under spec, message), so each error still names its field."""
+        problems = []
+        for index, client in enumerate(self.clients):
+            for number, rule in enumerate(client.access):
+                path = f"clients[{index}].access[{number}]"
+                problems += self.authentication.token_problems(path, rule.jwt_claims)
+        return problems
 
     @model_validator(mode="after")
     def _http_rules_need_http(self) -> ServiceIntentSpec:
@@ -319,3 +385,14 @@ class IngressIntentSpec(WireModel):
     routes: list[IngressRoute] = Field(min_length=1)
     access: list[IngressAccess] = Field(default_factory=list)
     placement: Placement = Field(default_factory=Placement)
+    authentication: IntentAuthentication = Field(default_factory=IntentAuthentication)
+    """How the ingress gateway validates request tokens (rendered as a RequestAuthentication)."""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Token conditions that no configured issuer could satisfy, as (path under spec, message)."""
+        problems = []
+        for index, entry in enumerate(self.access):
+            problems += self.authentication.token_problems(
+                f"access[{index}]", entry.jwt_claims, entry.sources.request_principals
+            )
+        return problems

@@ -36,6 +36,7 @@ from meshplane.model.durations import duration_seconds
 from meshplane.model.intents import Action, IntentClient, MtlsMode, ServiceIntentSpec
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
+from meshplane.server.render.authn import request_authentication
 from meshplane.server.render.fleet import (
     GROUP_LABEL,
     OWNER_NAME,
@@ -252,6 +253,9 @@ def _server_objects(
     if rules[Action.DENY]:
         deny_spec = {"selector": selector, "action": "DENY", "rules": rules[Action.DENY]}
         out.append(_object(SECURITY, "AuthorizationPolicy", object_name(name, "deny"), namespace, labels, deny_spec))
+    out += request_authentication(
+        intent, spec.authentication, object_name(name, "jwt"), namespace, selector["matchLabels"]
+    )
     out.append(_destination_rule(intent, object_name(name, "dr"), namespace, host, export_to))
     out += _virtual_services(intent, object_name(name, "vs"), namespace, host, export_to)
     east_west = fleet.clusters[cluster].east_west

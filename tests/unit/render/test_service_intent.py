@@ -80,6 +80,8 @@ spec:
   service: {name: orders, app: orders, port: 8080, protocol: HTTP}
   placement: {logicalCloud: retail}
   mtls: STRICT
+  authentication:
+    jwt: [{issuer: "https://auth.example.com", jwksUri: "https://auth.example.com/.well-known/jwks.json"}]
   trafficPolicy:
     loadBalancer: LEAST_REQUEST
     localityFailover: true
@@ -109,6 +111,9 @@ spec:
   service: {name: orders, app: orders, port: 9090, protocol: GRPC}
   placement: {logicalCloud: ops}
   mtls: PERMISSIVE
+  authentication:
+    jwt: [{issuer: "https://auth.example.com", jwksUri: "https://auth.example.com/.well-known/jwks.json",
+           audiences: [orders-ops]}]
   trafficPolicy: {localityFailover: true, timeout: 2s}
   clients:
   - service: {name: reporting}

@@ -11,6 +11,8 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.server.render.cluster import render_cluster as full_render
 from meshplane.server.render.fleet import Fleet
+from meshplane.server.render.ingress import render_ingress_intent
+from meshplane.server.render.service import render_service_intent
 from tests.unit.render.istio_schema import validate_istio
 from tests.unit.render.test_service_intent import SCENARIO, fleet_from_docs, objects_of, render_cluster
 
@@ -67,3 +69,97 @@ def test_the_east_west_gateway_name_meets_no_gateway_an_intent_renders(scenario:
     names = [o["metadata"]["name"] for o in objects if o["kind"] == "Gateway" and o["metadata"]["namespace"] == "shop"]
     assert "meshplane-eastwest" in names
     assert len(names) == len(set(names)) == 3, names
+
+
+# --- #4: claims exist only where a RequestAuthentication validated the token ---------------------
+
+ISSUER = {
+    "issuer": "https://auth.example.com",
+    "jwksUri": "https://auth.example.com/jwks.json",
+    "audiences": ["orders"],
+}
+
+
+def orders_spec(**extra: object) -> dict:
+    return {
+        "service": {"name": "orders", "port": 8080},
+        "placement": {"logicalCloud": "retail"},
+        "clients": [
+            {
+                "service": {"name": "cart"},
+                "access": [{"action": "ALLOW", "jwtClaims": {"groups": "buyers"}}],
+            }
+        ],
+        **extra,
+    }
+
+
+def test_a_claim_condition_without_an_issuer_is_refused_with_its_field_path() -> None:
+    errors = refusal(orders_spec())
+    assert list(errors) == ["spec.clients[0].access[0].jwtClaims"]
+    assert "authentication.jwt" in errors["spec.clients[0].access[0].jwtClaims"]
+
+
+def test_an_iss_claim_naming_no_configured_issuer_is_refused() -> None:
+    spec = orders_spec(authentication={"jwt": [ISSUER]})
+    spec["clients"][0]["access"][0]["jwtClaims"] = {"iss": "https://other.example.com"}
+    assert list(refusal(spec)) == ["spec.clients[0].access[0].jwtClaims.iss"]
+
+
+def test_a_jwt_rule_needs_exactly_one_key_source() -> None:
+    errors = refusal(orders_spec(authentication={"jwt": [{"issuer": "https://auth.example.com"}]}))
+    assert any(path.startswith("spec.authentication.jwt[0]") for path in errors), errors
+
+
+def test_the_servers_pods_validate_tokens_of_the_declared_issuers(scenario: Fleet) -> None:
+    intent = service_intent("orders-jwt", orders_spec(authentication={"jwt": [ISSUER]}))
+    server = valid(render_service_intent(intent, scenario, "edge-1"))
+    (authn,) = objects_of(server, "RequestAuthentication").values()
+    assert authn["metadata"] == {
+        "name": "orders-jwt-jwt",
+        "namespace": "shop",
+        "labels": authn["metadata"]["labels"],
+    }
+    assert authn["spec"] == {
+        "selector": {"matchLabels": {"app": "orders"}},
+        "jwtRules": [
+            {
+                "issuer": "https://auth.example.com",
+                "jwksUri": "https://auth.example.com/jwks.json",
+                "audiences": ["orders"],
+            }
+        ],
+    }
+    allow = objects_of(server, "AuthorizationPolicy")["orders-jwt-allow"]["spec"]
+    assert allow["rules"][0]["when"] == [{"key": "request.auth.claims[groups]", "values": ["buyers"]}]
+    # Tokens are validated where the policy is enforced: on the server, not in client-only clusters.
+    assert not objects_of(render_service_intent(intent, scenario, "core-1"), "RequestAuthentication")
+
+
+def ingress_spec(**extra: object) -> dict:
+    return {
+        "hosts": ["shop.example.com"],
+        "entities": [{"name": "public", "tls": {"mode": "SIMPLE", "credentialName": "shop-cert"}}],
+        "routes": [{"match": {"prefix": "/"}, "to": {"service": "orders", "port": 8080}}],
+        "access": [{"action": "ALLOW", "sources": {"requestPrincipals": ["https://auth.example.com/*"]}}],
+        "placement": {"logicalCloud": "retail"},
+        **extra,
+    }
+
+
+def test_an_ingress_token_condition_without_an_issuer_is_refused() -> None:
+    with pytest.raises(InvalidObject) as caught:
+        REGISTRY.parse(
+            {"kind": "IngressIntent", "metadata": {"name": "web", "project": "shop"}, "spec": ingress_spec()}
+        )
+    assert [e.path for e in caught.value.errors] == ["spec.access[0].sources.requestPrincipals"]
+
+
+def test_the_ingress_gateway_validates_tokens_of_the_declared_issuers(scenario: Fleet) -> None:
+    doc = {"kind": "IngressIntent", "metadata": {"name": "web", "project": "shop"}}
+    intent = REGISTRY.parse({**doc, "spec": ingress_spec(authentication={"jwt": [ISSUER]})})
+    objects = valid([o for o in render_ingress_intent(intent, scenario, "edge-1") if o["kind"] != "DNSEndpoint"])
+    (authn,) = objects_of(objects, "RequestAuthentication").values()
+    assert authn["metadata"]["namespace"] == "istio-system"
+    assert authn["spec"]["selector"] == {"matchLabels": {"istio": "ingressgateway"}}
+    assert [r["issuer"] for r in authn["spec"]["jwtRules"]] == ["https://auth.example.com"]
