@@ -141,6 +141,16 @@ class AccessRule(WireModel):
 
 
 class IntentClient(WireModel):
+    """A caller: a mesh workload (matched by its principal) and / or callers outside the mesh.
+
+    `cidrs` are plaintext callers, matched by their address as the server's sidecar sees it (the
+    direct peer) and only when they present no mesh identity: mesh callers from another cluster
+    come through the east-west gateway, whose address is their peer, and are matched by principal.
+    They need mtls PERMISSIVE: under STRICT the sidecar refuses every plaintext connection. Not
+    `remoteIpBlocks`: on a sidecar with no trusted proxy in front it would trust the caller's own
+    X-Forwarded-For.
+    """
+
     service: ClientService | None = None
     cidrs: list[Cidr] = Field(default_factory=list)
     access: list[AccessRule] = Field(default_factory=lambda: [AccessRule()])
@@ -221,6 +231,14 @@ class ServiceIntentSpec(WireModel):
         """Rules across fields, as (path under spec, message), so each error still names its field."""
         problems = []
         for index, client in enumerate(self.clients):
+            if client.cidrs and self.mtls is MtlsMode.STRICT:
+                problems.append(
+                    (
+                        f"clients[{index}].cidrs",
+                        "callers outside the mesh cannot connect under mtls STRICT (the server's sidecar refuses "
+                        "plaintext) and mesh callers are matched by principal: set mtls PERMISSIVE to admit them",
+                    )
+                )
             for number, rule in enumerate(client.access):
                 path = f"clients[{index}].access[{number}]"
                 problems += self.authentication.token_problems(path, rule.jwt_claims)

@@ -302,7 +302,11 @@ def _authorization_rules(
 
 
 def _sources(placed: _PlacedClient, trust_domain: str) -> list[dict]:
-    """Who the client is: its principal in every namespace it runs in, and / or its CIDRs (either matches)."""
+    """Who the client is: its principal in every namespace it runs in, and / or its CIDRs (either matches).
+
+    CIDRs are `ipBlocks` (the direct peer) of plaintext callers: see `IntentClient` for why neither
+    `remoteIpBlocks` nor any mesh caller.
+    """
     sources = []
     service = placed.client.service
     if service is not None and placed.clusters:
@@ -310,7 +314,9 @@ def _sources(placed: _PlacedClient, trust_domain: str) -> list[dict]:
         principals = sorted({principal(trust_domain, ns, account) for ns in placed.clusters.values()})
         sources.append({"source": {"principals": principals}})
     if placed.client.cidrs:
-        sources.append({"source": {"ipBlocks": sorted(set(placed.client.cidrs))}})
+        # Plaintext peers only: a mesh caller's direct peer may be the east-west gateway, whose
+        # address a range can contain, and it is matched by its principal instead.
+        sources.append({"source": {"ipBlocks": sorted(set(placed.client.cidrs)), "notPrincipals": ["*"]}})
     return sources
 
 

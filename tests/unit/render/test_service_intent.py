@@ -399,7 +399,14 @@ def fleets(draw: st.DrawFn) -> Fleet:
                     # One host per intent and namespace, as write-time validation ensures.
                     "service": {"name": f"s{index}", "app": "orders", "port": 8080 + index, "protocol": protocol},
                     "placement": placement,
-                    "mtls": draw(st.sampled_from(["STRICT", "PERMISSIVE", "DISABLE"])),
+                    # Callers outside the mesh (cidrs) need a server that accepts plaintext.
+                    "mtls": draw(
+                        st.sampled_from(
+                            ["PERMISSIVE", "DISABLE"]
+                            if any("cidrs" in c for c in clients)
+                            else ["STRICT", "PERMISSIVE", "DISABLE"]
+                        )
+                    ),
                     "trafficPolicy": {"localityFailover": draw(st.booleans()), "timeout": "3s"},
                     "clients": clients,
                 },

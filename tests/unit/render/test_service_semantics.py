@@ -163,3 +163,29 @@ def test_the_ingress_gateway_validates_tokens_of_the_declared_issuers(scenario: 
     assert authn["metadata"]["namespace"] == "istio-system"
     assert authn["spec"]["selector"] == {"matchLabels": {"istio": "ingressgateway"}}
     assert [r["issuer"] for r in authn["spec"]["jwtRules"]] == ["https://auth.example.com"]
+
+
+# --- #9: CIDR clients are callers outside the mesh ---------------------------------------------
+
+
+def test_cidr_clients_under_strict_mtls_are_refused_with_the_reason() -> None:
+    spec = orders_spec(mtls="STRICT", clients=[{"cidrs": ["10.20.0.0/16"]}])
+    errors = refusal(spec)
+    assert list(errors) == ["spec.clients[0].cidrs"]
+    assert "PERMISSIVE" in errors["spec.clients[0].cidrs"]
+
+
+def test_a_cidr_rule_matches_only_plaintext_peers_so_the_east_west_gateway_never_counts_as_one(
+    scenario: Fleet,
+) -> None:
+    # Remote mesh callers arrive through the east-west gateway: their direct peer is the gateway's
+    # address, which a broad range may contain. They carry a principal; callers outside the mesh do not.
+    intent = service_intent(
+        "orders-cidr",
+        orders_spec(mtls="PERMISSIVE", clients=[{"service": {"name": "cart"}}, {"cidrs": ["10.0.0.0/8"]}]),
+    )
+    allow = objects_of(render_service_intent(intent, scenario, "edge-1"), "AuthorizationPolicy")["orders-cidr-allow"]
+    sources = [f["source"] for rule in allow["spec"]["rules"] for f in rule["from"]]
+    assert {"ipBlocks": ["10.0.0.0/8"], "notPrincipals": ["*"]} in sources
+    assert all("remoteIpBlocks" not in s for s in sources)
+    assert all(s.get("notPrincipals") == ["*"] for s in sources if "ipBlocks" in s)
