@@ -23,6 +23,13 @@ What a cluster gets for one intent:
 - every cluster where a client service runs: a Sidecar for it, scoping its egress to the hosts of
   this intent (plus `./*` and `istio-system/*`); `merge_sidecars` folds the Sidecars that several
   intents render for one workload into the single one Istio honours.
+
+User-facing routes (an IngressIntent of the project routing to the service's name and port) make the
+ingress gateway a caller: the ALLOW policy admits its identity (`INGRESS_GATEWAY_SERVICE_ACCOUNT`
+in `istio-system`) on the routed paths, the server's DestinationRule is exported to `istio-system`
+too, and where the ingress applies in a cluster without replicas, that cluster gets the
+ServiceEntry and DestinationRule in the ingress's namespace, exported to `istio-system` (and to `.`
+when clients run there): a gateway sees only what is exported to its own namespace.
 """
 
 from __future__ import annotations
@@ -33,10 +40,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from meshplane.model.durations import duration_seconds
-from meshplane.model.intents import Action, IntentClient, MtlsMode, ServiceIntentSpec
+from meshplane.model.intents import (
+    Action,
+    IngressIntentSpec,
+    IntentClient,
+    MtlsMode,
+    RouteMatch,
+    ServiceIntentSpec,
+    TlsMode,
+)
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
 from meshplane.server.render.authn import request_authentication
+from meshplane.server.render.egress import GATEWAY_NAMESPACE
 from meshplane.server.render.fleet import (
     GROUP_LABEL,
     OWNER_NAME,
@@ -62,6 +78,10 @@ from meshplane.server.render.names import (
 NETWORKING = "networking.istio.io/v1"
 SECURITY = "security.istio.io/v1"
 
+INGRESS_GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway-service-account"
+"""The identity of the stock ingress gateway (in `istio-system`): the caller of user-facing routes.
+Ingress gateways of several entities must run as it too for their routes to be admitted."""
+
 ENDPOINT_CLUSTER_LABEL = f"{GROUP_LABEL}/cluster"
 """On a ServiceEntry endpoint: the cluster whose east-west gateway it is."""
 OWNERS_ANNOTATION = f"{GROUP_LABEL}/intents"
@@ -81,6 +101,15 @@ class _PlacedClient:
 
     client: IntentClient
     clusters: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _IngressRoutes:
+    """An IngressIntent routing to this service, where it applies: cluster -> namespace, and the
+    paths routed here (None: the whole service, when a TLS passthrough or non-HTTP hides them)."""
+
+    clusters: Mapping[str, str]
+    paths: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -104,21 +133,31 @@ def render_service_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     project = intent.metadata.project or ""
     servers = placement_targets(fleet, project, spec.placement)
     clients = _place_clients(fleet, project, spec)
-    client_only = {c for placed in clients for c in placed.clusters} - servers.keys()
+    ingress = _ingress_routes(intent, fleet)
+    callers = {c for placed in clients for c in placed.clusters} | {c for i in ingress for c in i.clusters}
+    remote_only = callers - servers.keys()
 
     objects: list[dict] = []
     if cluster in servers:
         namespace = servers[cluster]
         local_host = service_host(spec.service.name, namespace)
-        objects += _server_objects(intent, fleet, clients, cluster, namespace, bool(client_only))
+        objects += _server_objects(intent, fleet, clients, ingress, cluster, namespace, bool(remote_only))
         reachable = {ns: [f"{namespace}/{local_host}"] for ns in _client_namespaces(clients, cluster)}
-    elif cluster in client_only and spec.mtls is not MtlsMode.DISABLE:
+    elif cluster in remote_only and spec.mtls is not MtlsMode.DISABLE:
         hosts = _remote_hosts(intent, fleet, servers)
         several = len(set(servers.values())) > 1
+        client_namespaces = _client_namespaces(clients, cluster)
+        gateway_namespaces = {i.clusters[cluster] for i in ingress if cluster in i.clusters}
         reachable = {}
-        for ns in _client_namespaces(clients, cluster):
-            for remote in hosts:
-                objects += _client_objects(intent, remote, ns, several)
+        for remote in hosts:
+            for ns in sorted({*client_namespaces, *(gateway_namespaces & {remote.namespace})}):
+                export_to = []
+                if ns in client_namespaces:
+                    export_to.append(".")
+                if ns == remote.namespace and ns in gateway_namespaces:
+                    export_to.append(GATEWAY_NAMESPACE)
+                objects += _client_objects(intent, remote, ns, several, export_to)
+        for ns in client_namespaces:
             reachable[ns] = [f"{ns}/{remote.host}" for remote in hosts]
     else:
         reachable = {}
@@ -223,11 +262,45 @@ def _remote_hosts(intent: Resource, fleet: Fleet, servers: Mapping[str, str]) ->
     return out
 
 
+def _ingress_routes(intent: Resource, fleet: Fleet) -> list[_IngressRoutes]:
+    """The project's IngressIntents with a route to this service's name and port."""
+    spec: ServiceIntentSpec = intent.spec
+    project = intent.metadata.project or ""
+    out = []
+    for ingress in fleet.ingress_intents:
+        if (ingress.metadata.project or "") != project:
+            continue
+        ingress_spec: IngressIntentSpec = ingress.spec
+        routed = [
+            route.match
+            for route in ingress_spec.routes
+            if any(t.service == spec.service.name and t.port == spec.service.port for t in route.targets)
+        ]
+        if not routed:
+            continue
+        passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in ingress_spec.entities)
+        paths = None if passthrough or not spec.service.protocol.is_http else tuple(map(_policy_path, routed))
+        out.append(_IngressRoutes(placement_targets(fleet, project, ingress_spec.placement), paths))
+    return out
+
+
+def _policy_path(match: RouteMatch) -> str:
+    """A route's match as an authorization path: a VirtualService prefix is a plain string prefix,
+    as is a trailing `*` in a policy path."""
+    return match.exact if match.exact is not None else f"{match.prefix}*"
+
+
 # --- server side --------------------------------------------------------------------------------
 
 
 def _server_objects(
-    intent: Resource, fleet: Fleet, clients: list[_PlacedClient], cluster: str, namespace: str, remote_clients: bool
+    intent: Resource,
+    fleet: Fleet,
+    clients: list[_PlacedClient],
+    ingress: list[_IngressRoutes],
+    cluster: str,
+    namespace: str,
+    remote_callers: bool,
 ) -> list[dict]:
     spec: ServiceIntentSpec = intent.spec
     name = intent.metadata.name
@@ -235,6 +308,9 @@ def _server_objects(
     host = service_host(spec.service.name, namespace)
     selector = {"matchLabels": {"app": spec.service.app or spec.service.name}}
     export_to = sorted({namespace, *_client_namespaces(clients, cluster)})
+    # The local ingress gateway follows the traffic policy too; timeouts and retries it has its own.
+    gateway_here = any(i.clusters.get(cluster) == namespace for i in ingress)
+    rule_export_to = sorted({*export_to, GATEWAY_NAMESPACE}) if gateway_here else export_to
     out = [
         _object(
             SECURITY,
@@ -245,7 +321,8 @@ def _server_objects(
             {"selector": selector, "mtls": {"mode": spec.mtls.value}},
         )
     ]
-    rules = _authorization_rules(spec, clients, fleet.trust_domain)
+    reaching = [i for i in ingress if namespace in i.clusters.values()]
+    rules = _authorization_rules(spec, clients, reaching, fleet.trust_domain)
     allow_spec: dict = {"selector": selector, "action": "ALLOW"}
     if rules[Action.ALLOW]:
         allow_spec["rules"] = rules[Action.ALLOW]
@@ -256,23 +333,30 @@ def _server_objects(
     out += request_authentication(
         intent, spec.authentication, object_name(name, "jwt"), namespace, selector["matchLabels"]
     )
-    out.append(_destination_rule(intent, object_name(name, "dr"), namespace, host, export_to))
+    out.append(_destination_rule(intent, object_name(name, "dr"), namespace, host, rule_export_to))
     out += _virtual_services(intent, object_name(name, "vs"), namespace, host, export_to)
     east_west = fleet.clusters[cluster].east_west
-    if remote_clients and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
+    if remote_callers and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
         out.append(_east_west_gateway(intent, namespace))
     return out
 
 
 def _authorization_rules(
-    spec: ServiceIntentSpec, clients: list[_PlacedClient], trust_domain: str
+    spec: ServiceIntentSpec, clients: list[_PlacedClient], ingress: list[_IngressRoutes], trust_domain: str
 ) -> dict[Action, list[dict]]:
     """ALLOW and DENY rules from the clients' access rules, deduplicated and in a canonical order.
 
     A client with no identity to match (its logical cloud has no cluster) gets no rule: a rule
-    without sources would match every caller.
+    without sources would match every caller. User-facing routes (`ingress`) admit the ingress
+    gateway's identity on their paths; the same identity whichever cluster's gateway forwards.
     """
     rules: dict[Action, dict[str, dict]] = {Action.ALLOW: {}, Action.DENY: {}}
+    gateway = {"source": {"principals": [principal(trust_domain, GATEWAY_NAMESPACE, INGRESS_GATEWAY_SERVICE_ACCOUNT)]}}
+    for routes in ingress:
+        rule: dict = {"from": [gateway]}
+        if routes.paths is not None:
+            rule["to"] = [{"operation": {"paths": sorted(set(routes.paths))}}]
+        rules[Action.ALLOW][_canonical(rule)] = rule
     for placed in clients:
         sources = _sources(placed, trust_domain)
         if not sources:
@@ -343,17 +427,24 @@ def _east_west_gateway(intent: Resource, namespace: str) -> dict:
 # --- client side --------------------------------------------------------------------------------
 
 
-def _client_objects(intent: Resource, remote: _RemoteHost, namespace: str, several: bool) -> list[dict]:
+def _client_objects(
+    intent: Resource, remote: _RemoteHost, namespace: str, several: bool, export_to: list[str]
+) -> list[dict]:
+    """The remote host's objects in `namespace`, exported to `.` for clients there and / or to the
+    ingress gateway's namespace for user-facing routes; the VirtualService (timeout, retries of
+    calling sidecars) only to clients, since a gateway follows its own."""
     name = intent.metadata.name
     qualifier = remote.namespace if several else None
-    return [
-        _service_entry(intent, object_name(name, "se", qualifier), namespace, remote),
-        _destination_rule(intent, object_name(name, "dr", qualifier), namespace, remote.host, ["."]),
-        *_virtual_services(intent, object_name(name, "vs", qualifier), namespace, remote.host, ["."]),
+    objects = [
+        _service_entry(intent, object_name(name, "se", qualifier), namespace, remote, export_to),
+        _destination_rule(intent, object_name(name, "dr", qualifier), namespace, remote.host, export_to),
     ]
+    if "." in export_to:
+        objects += _virtual_services(intent, object_name(name, "vs", qualifier), namespace, remote.host, ["."])
+    return objects
 
 
-def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteHost) -> dict:
+def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteHost, export_to: list[str]) -> dict:
     spec: ServiceIntentSpec = intent.spec
     port_name = _port_name(spec)
     endpoints = []
@@ -372,7 +463,7 @@ def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteH
     entry = {
         "hosts": [remote.host],
         "addresses": [remote.vip],
-        "exportTo": ["."],
+        "exportTo": export_to,
         "location": "MESH_INTERNAL",
         "ports": [{"number": spec.service.port, "name": port_name, "protocol": spec.service.protocol.value}],
         "resolution": "STATIC" if all_ips else "DNS",

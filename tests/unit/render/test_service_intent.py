@@ -126,6 +126,16 @@ spec:
   - cidrs: ["10.20.0.0/16"]
     access:
     - {action: ALLOW, methods: [POST], paths: ["/orders.v1.Orders/GetOrder"]}
+---
+# Shoppers reach the retail orders API through the ingress gateway: its identity is a caller too.
+apiVersion: meshplane.io/v1alpha1
+kind: IngressIntent
+metadata: {name: storefront, project: shop}
+spec:
+  hosts: [shop.example.com]
+  entities: [{name: public, tls: {mode: SIMPLE, credentialName: shop-cert}}]
+  routes: [{match: {prefix: /orders/}, to: {service: orders, port: 8080}}]
+  placement: {logicalCloud: retail}
 """
 
 
@@ -133,7 +143,7 @@ spec:
 
 
 def fleet_from_docs(docs: list[dict]) -> Fleet:
-    """A Fleet from the YAML documents a user would apply (Cluster, LogicalCloud, ServiceIntent)."""
+    """A Fleet from the YAML documents a user would apply (Cluster, LogicalCloud, ServiceIntent, IngressIntent)."""
     resources = [REGISTRY.parse(doc) for doc in docs]
     clusters = {
         r.metadata.name: ClusterInfo(r.metadata.name, dict(r.metadata.labels), r.spec.east_west_gateway)
@@ -142,7 +152,8 @@ def fleet_from_docs(docs: list[dict]) -> Fleet:
     }
     clouds = {(r.metadata.project, r.metadata.name): r.spec for r in resources if r.kind == "LogicalCloud"}
     intents = [r for r in resources if r.kind == "ServiceIntent"]
-    return Fleet(clusters=clusters, logical_clouds=clouds, service_intents=intents)
+    ingress = [r for r in resources if r.kind == "IngressIntent"]
+    return Fleet(clusters=clusters, logical_clouds=clouds, service_intents=intents, ingress_intents=ingress)
 
 
 def render_cluster(fleet: Fleet, cluster: str) -> list[dict]:
