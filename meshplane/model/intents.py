@@ -31,7 +31,33 @@ def _check_address(value: str) -> str:
     return value
 
 
+REQUIRED_PATH_NORMALIZATION = "MERGE_SLASHES"
+"""What istiod's `meshConfig.pathNormalization.normalization` must be (or DECODE_AND_MERGE_SLASHES).
+
+Authorization paths are matched after the proxy's normalization; Istio's default (BASE) resolves
+`.` and `..` but keeps `//`, so a DENY on `/orders/admin/*` would miss `/orders//admin/x` while an
+ALLOW on `/orders/*` admits it. No workload may override it (`connectionSettings.httpMergeSlashes`).
+"""
+
+_UNNORMALIZED = ("//", "/./", "/../", "\\", "%2f", "%5c", "%2e")
+
+
+def _check_policy_path(value: str) -> str:
+    """A request path after normalization can match it: rules that no normalized path can match
+    would be dead for ALLOW and, for DENY, a silent hole."""
+    literal = value.strip("*").lower()
+    normalized = not any(part in literal for part in _UNNORMALIZED) and not literal.endswith(("/.", "/.."))
+    if value != "*" and (not normalized or not (value.startswith("*") or value.startswith("/"))):
+        raise ValueError(
+            f"{value!r} is not a path a request has after the mesh's path normalization "
+            f"({REQUIRED_PATH_NORMALIZATION}: '.', '..' resolved, '//' merged), so it would never match: "
+            "write it as '/…', with no empty, '.' or '..' segment and no encoded slash, backslash or dot"
+        )
+    return value
+
+
 Cidr = Annotated[str, AfterValidator(_check_cidr)]
+PolicyPath = Annotated[str, AfterValidator(_check_policy_path)]
 IpAddress = Annotated[str, AfterValidator(_check_address)]
 
 
@@ -135,7 +161,8 @@ class AccessRule(WireModel):
 
     action: Action = Action.ALLOW
     methods: list[HttpMethod] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
+    paths: list[PolicyPath] = Field(default_factory=list)
+    """Istio's path forms: exact, `prefix*`, `*suffix`, `*`; as requests look after normalization."""
     headers: dict[str, str] = Field(default_factory=dict)
     jwt_claims: dict[str, str] = Field(default_factory=dict)
 

@@ -24,6 +24,10 @@ What a cluster gets for one intent:
   this intent (plus `./*` and `istio-system/*`); `merge_sidecars` folds the Sidecars that several
   intents render for one workload into the single one Istio honours.
 
+Paths in the policies hold only because istiod normalizes request paths first: the mesh must run
+with `REQUIRED_PATH_NORMALIZATION` (meshplane.model.intents), and the model refuses paths that no
+normalized request has.
+
 User-facing routes (an IngressIntent of the project routing to the service's name and port) make the
 ingress gateway a caller: the ALLOW policy admits its identity (`INGRESS_GATEWAY_SERVICE_ACCOUNT`
 in `istio-system`) on the routed paths, the server's DestinationRule is exported to `istio-system`

@@ -7,6 +7,7 @@ import re
 import pytest
 import yaml
 
+from meshplane.model.intents import REQUIRED_PATH_NORMALIZATION
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject, Resource
 from meshplane.server.render.cluster import render_cluster as full_render
@@ -266,3 +267,27 @@ def test_a_remote_service_seen_by_clients_and_the_ingress_gateway_is_exported_to
     edge_2 = valid(render_service_intent(web, fleet, "edge-2"))
     assert objects_of(edge_2, "ServiceEntry", "shop")["web-se"]["spec"]["exportTo"] == [".", "istio-system"]
     assert objects_of(edge_2, "DestinationRule", "shop")["web-dr"]["spec"]["exportTo"] == [".", "istio-system"]
+
+
+# --- #10: paths are matched after the mesh's normalization ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/orders//admin/*", "/orders/./admin", "/orders/../admin/*", "/orders/%2Fadmin", "\\orders", "orders/*"]
+)
+def test_a_path_normalization_never_yields_is_refused(path: str) -> None:
+    spec = orders_spec(clients=[{"service": {"name": "cart"}, "access": [{"action": "DENY", "paths": [path]}]}])
+    errors = refusal(spec)
+    assert list(errors) == ["spec.clients[0].access[0].paths[0]"]
+    assert "MERGE_SLASHES" in errors["spec.clients[0].access[0].paths[0]"]
+
+
+@pytest.mark.parametrize("path", ["/orders/admin/*", "*/admin", "*", "/orders.v1.Orders/Get", "/a%20b", "/x/{*}/y"])
+def test_normalized_paths_are_accepted(path: str) -> None:
+    spec = orders_spec(clients=[{"service": {"name": "cart"}, "access": [{"action": "DENY", "paths": [path]}]}])
+    assert service_intent("ok", spec).spec.clients[0].access[0].paths == [path]
+
+
+def test_the_required_normalization_merges_slashes() -> None:
+    # Istio's default (BASE) leaves '//' alone: a DENY on /orders/admin/* would miss /orders//admin/x.
+    assert REQUIRED_PATH_NORMALIZATION in ("MERGE_SLASHES", "DECODE_AND_MERGE_SLASHES")
