@@ -9,6 +9,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, AnyHttpUrl, Field, model_validator
 
+from meshplane.model.access import HeaderName
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
 from meshplane.model.kinds import Hostname, HttpMethod, Port
@@ -129,15 +130,58 @@ class IntentRetries(WireModel):
 
 
 class CircuitBreaker(WireModel):
+    """Connection-pool limits and outlier ejection, applied by each calling sidecar."""
+
     max_connections: int | None = Field(default=None, ge=1)
     max_pending_requests: int | None = Field(default=None, ge=1)
+    """HTTP only: requests queued while waiting for a connection."""
+    http2_max_requests: int | None = Field(default=None, ge=1)
+    """HTTP only: requests in flight to the service at once (HTTP/1.1 and HTTP/2 alike)."""
+    max_requests_per_connection: int | None = Field(default=None, ge=1)
+    """HTTP only: requests a connection carries before it is closed (1: no keep-alive)."""
     consecutive_errors: int | None = Field(default=None, ge=1)
     interval: Duration | None = None
     base_ejection_time: Duration | None = None
 
+    @property
+    def http_limits(self) -> bool:
+        limits = (self.max_pending_requests, self.http2_max_requests, self.max_requests_per_connection)
+        return any(limit is not None for limit in limits)
+
+
+class HashCookie(WireModel):
+    name: str = Field(min_length=1)
+    path: str | None = None
+    ttl: Duration | None = None
+    """With a ttl the sidecar sets the cookie when the request has none; without, it only reads it."""
+
+
+class ConsistentHash(WireModel):
+    """Soft session affinity: requests with the same key go to the same endpoint while it is up.
+
+    Exactly one key: a cookie, a request header, or the caller's address (also for TCP).
+    """
+
+    http_cookie: HashCookie | None = None
+    http_header_name: HeaderName | None = None
+    use_source_ip: bool = False
+
+    @model_validator(mode="after")
+    def _one_key(self) -> ConsistentHash:
+        keys = [self.http_cookie is not None, self.http_header_name is not None, self.use_source_ip]
+        if sum(keys) != 1:
+            raise ValueError("give exactly one of httpCookie, httpHeaderName and useSourceIp")
+        return self
+
+    @property
+    def needs_http(self) -> bool:
+        return not self.use_source_ip
+
 
 class TrafficPolicy(WireModel):
     load_balancer: LoadBalancer = LoadBalancer.ROUND_ROBIN
+    consistent_hash: ConsistentHash | None = None
+    """Instead of loadBalancer (Istio takes one or the other)."""
     locality_failover: bool = False
     timeout: Duration | None = None
     retries: IntentRetries | None = None
@@ -257,6 +301,17 @@ class ServiceIntentSpec(WireModel):
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""
         problems = []
+        wanted = self.traffic_policy
+        if wanted.consistent_hash is not None and "load_balancer" in wanted.model_fields_set:
+            problems.append(("trafficPolicy.consistentHash", "give loadBalancer or consistentHash, not both"))
+        if not self.service.protocol.is_http:
+            protocol = self.service.protocol.value
+            if wanted.consistent_hash is not None and wanted.consistent_hash.needs_http:
+                problems.append(("trafficPolicy.consistentHash", f"a cookie or header needs HTTP, not {protocol}"))
+            if wanted.circuit_breaker is not None and wanted.circuit_breaker.http_limits:
+                problems.append(
+                    ("trafficPolicy.circuitBreaker", f"request limits need HTTP, not {protocol}: use maxConnections")
+                )
         for index, client in enumerate(self.clients):
             if client.cidrs and self.mtls is MtlsMode.STRICT:
                 problems.append(

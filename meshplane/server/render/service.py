@@ -52,6 +52,7 @@ from meshplane.model.intents import (
     RouteMatch,
     ServiceIntentSpec,
     TlsMode,
+    TrafficPolicy,
 )
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
@@ -510,7 +511,7 @@ def _destination_rule(intent: Resource, name: str, namespace: str, host: str, ex
 def _traffic_policy(spec: ServiceIntentSpec) -> dict:
     wanted = spec.traffic_policy
     policy: dict = {"tls": {"mode": "DISABLE" if spec.mtls is MtlsMode.DISABLE else "ISTIO_MUTUAL"}}
-    balancer: dict = {"simple": wanted.load_balancer.value}
+    balancer = _balancer(wanted)
     if wanted.locality_failover:
         balancer["localityLbSetting"] = {"enabled": True}
     policy["loadBalancer"] = balancer
@@ -520,8 +521,17 @@ def _traffic_policy(spec: ServiceIntentSpec) -> dict:
     if breaker is not None:
         if breaker.max_connections is not None:
             pool["tcp"] = {"maxConnections": breaker.max_connections}
-        if breaker.max_pending_requests is not None and spec.service.protocol.is_http:
-            pool["http"] = {"http1MaxPendingRequests": breaker.max_pending_requests}
+        http = {
+            key: value
+            for key, value in (
+                ("http1MaxPendingRequests", breaker.max_pending_requests),
+                ("http2MaxRequests", breaker.http2_max_requests),
+                ("maxRequestsPerConnection", breaker.max_requests_per_connection),
+            )
+            if value is not None
+        }
+        if http:
+            pool["http"] = http
         if breaker.consecutive_errors is not None:
             outlier["consecutive5xxErrors"] = breaker.consecutive_errors
         if breaker.interval is not None:
@@ -535,6 +545,22 @@ def _traffic_policy(spec: ServiceIntentSpec) -> dict:
     if outlier:
         policy["outlierDetection"] = outlier
     return policy
+
+
+def _balancer(wanted: TrafficPolicy) -> dict:
+    hashing = wanted.consistent_hash
+    if hashing is None:
+        return {"simple": wanted.load_balancer.value}
+    if hashing.http_cookie is not None:
+        cookie: dict = {"name": hashing.http_cookie.name}
+        if hashing.http_cookie.path is not None:
+            cookie["path"] = hashing.http_cookie.path
+        if hashing.http_cookie.ttl is not None:
+            cookie["ttl"] = _istio_duration(hashing.http_cookie.ttl)
+        return {"consistentHash": {"httpCookie": cookie}}
+    if hashing.http_header_name is not None:
+        return {"consistentHash": {"httpHeaderName": hashing.http_header_name}}
+    return {"consistentHash": {"useSourceIp": True}}
 
 
 def _virtual_services(intent: Resource, name: str, namespace: str, host: str, export_to: list[str]) -> list[dict]:

@@ -87,8 +87,8 @@ spec:
     localityFailover: true
     timeout: 5s
     retries: {attempts: 2, perTryTimeout: 1500ms}
-    circuitBreaker: {maxConnections: 100, maxPendingRequests: 50, consecutiveErrors: 5, interval: 10s,
-                     baseEjectionTime: 1m}
+    circuitBreaker: {maxConnections: 100, maxPendingRequests: 50, http2MaxRequests: 200, maxRequestsPerConnection: 20,
+                     consecutiveErrors: 5, interval: 10s, baseEjectionTime: 1m}
   clients:
   - service: {name: cart, serviceAccount: cart}
     access:
@@ -114,7 +114,7 @@ spec:
   authentication:
     jwt: [{issuer: "https://auth.example.com", jwksUri: "https://auth.example.com/.well-known/jwks.json",
            audiences: [orders-ops]}]
-  trafficPolicy: {localityFailover: true, timeout: 2s}
+  trafficPolicy: {localityFailover: true, timeout: 2s, consistentHash: {httpHeaderName: x-tenant}}
   clients:
   - service: {name: reporting}
     access:

@@ -291,3 +291,53 @@ def test_normalized_paths_are_accepted(path: str) -> None:
 def test_the_required_normalization_merges_slashes() -> None:
     # Istio's default (BASE) leaves '//' alone: a DENY on /orders/admin/* would miss /orders//admin/x.
     assert REQUIRED_PATH_NORMALIZATION in ("MERGE_SLASHES", "DECODE_AND_MERGE_SLASHES")
+
+
+# --- EMCO: consistent hashing and connection pools ---------------------------------------------
+
+
+def traffic_policy_of(spec: dict, scenario: Fleet, cluster: str = "edge-1") -> dict:
+    objects = valid(render_service_intent(service_intent("orders-lb", spec), scenario, cluster))
+    return objects_of(objects, "DestinationRule")["orders-lb-dr"]["spec"]["trafficPolicy"]
+
+
+@pytest.mark.parametrize(
+    ("hashing", "rendered"),
+    [
+        ({"httpCookie": {"name": "session", "ttl": "1h"}}, {"httpCookie": {"name": "session", "ttl": "3600s"}}),
+        ({"httpHeaderName": "x-user"}, {"httpHeaderName": "x-user"}),
+        ({"useSourceIp": True}, {"useSourceIp": True}),
+    ],
+)
+def test_consistent_hashing_keeps_a_session_on_one_endpoint(scenario: Fleet, hashing: dict, rendered: dict) -> None:
+    spec = orders_spec(clients=[], trafficPolicy={"consistentHash": hashing, "localityFailover": True})
+    balancer = traffic_policy_of(spec, scenario)["loadBalancer"]
+    assert balancer == {"consistentHash": rendered, "localityLbSetting": {"enabled": True}}
+
+
+def test_a_hash_is_one_key_and_excludes_a_simple_balancer() -> None:
+    both = {"httpHeaderName": "x-user", "useSourceIp": True}
+    assert any("consistentHash" in p for p in refusal(orders_spec(clients=[], trafficPolicy={"consistentHash": both})))
+    explicit = {"loadBalancer": "RANDOM", "consistentHash": {"useSourceIp": True}}
+    assert list(refusal(orders_spec(clients=[], trafficPolicy=explicit))) == ["spec.trafficPolicy.consistentHash"]
+
+
+def test_cookie_and_header_hashing_need_http() -> None:
+    spec = orders_spec(clients=[], trafficPolicy={"consistentHash": {"httpHeaderName": "x-user"}})
+    spec["service"]["protocol"] = "TCP"
+    assert list(refusal(spec)) == ["spec.trafficPolicy.consistentHash"]
+
+
+def test_connection_pool_limits_requests_in_flight_and_per_connection(scenario: Fleet) -> None:
+    breaker = {"maxConnections": 10, "http2MaxRequests": 200, "maxRequestsPerConnection": 50}
+    spec = orders_spec(clients=[], trafficPolicy={"circuitBreaker": breaker})
+    assert traffic_policy_of(spec, scenario)["connectionPool"] == {
+        "tcp": {"maxConnections": 10},
+        "http": {"http2MaxRequests": 200, "maxRequestsPerConnection": 50},
+    }
+
+
+def test_http_request_limits_on_a_tcp_service_are_refused_not_dropped() -> None:
+    spec = orders_spec(clients=[], trafficPolicy={"circuitBreaker": {"http2MaxRequests": 200}})
+    spec["service"]["protocol"] = "TCP"
+    assert list(refusal(spec)) == ["spec.trafficPolicy.circuitBreaker"]
