@@ -116,12 +116,38 @@ class Action(StrEnum):
     DENY = "DENY"
 
 
+class ServerTlsMode(StrEnum):
+    DISABLE = "DISABLE"
+    SIMPLE = "SIMPLE"
+
+
+class ServerTls(WireModel):
+    """How callers' sidecars speak to a server with no sidecar: plaintext, or TLS it terminates itself."""
+
+    mode: ServerTlsMode = ServerTlsMode.SIMPLE
+    ca_config_map: Name | None = None
+    """A ConfigMap in the server's namespace with the CA certificate (key `ca.crt` or `cacert`) that
+    verifies the server; default: the proxies' system roots. (A Secret is not offered: istiod gives
+    no Secret to a sidecar through a DestinationRule, and would send plaintext instead.)"""
+    sni: Hostname | None = None
+    subject_alt_names: list[str] = Field(default_factory=list)
+
+
 class ServerService(WireModel):
     name: Name
     app: Name | None = None
     """The pods' `app` label; defaults to the service name."""
     port: Port
     protocol: ServiceProtocol = ServiceProtocol.HTTP
+    headless: bool = False
+    """A headless Service (clusterIP None): callers connect to the pod address they resolved
+    (Istio's ORIGINAL_DST), so no load balancer picks endpoints; per-pod names resolve only in
+    clusters with replicas."""
+    sidecar: bool = True
+    """False: the server's pods run without an Istio sidecar. Nothing on them enforces Istio policy
+    or takes Istio mTLS: clients only scope where callers' sidecars may go, and `tls` says how they
+    connect (default plaintext)."""
+    tls: ServerTls | None = None
 
 
 class IntentRetries(WireModel):
@@ -300,7 +326,7 @@ class ServiceIntentSpec(WireModel):
 
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""
-        problems = []
+        problems = self._headless_problems() + self._sidecarless_problems()
         wanted = self.traffic_policy
         if wanted.consistent_hash is not None and "load_balancer" in wanted.model_fields_set:
             problems.append(("trafficPolicy.consistentHash", "give loadBalancer or consistentHash, not both"))
@@ -324,6 +350,42 @@ class ServiceIntentSpec(WireModel):
             for number, rule in enumerate(client.access):
                 path = f"clients[{index}].access[{number}]"
                 problems += self.authentication.token_problems(path, rule.jwt_claims)
+        return problems
+
+    def _headless_problems(self) -> list[tuple[str, str]]:
+        if not self.service.headless:
+            return []
+        wanted = self.traffic_policy
+        given = {
+            "loadBalancer": "load_balancer" in wanted.model_fields_set,
+            "consistentHash": wanted.consistent_hash is not None,
+            "localityFailover": wanted.locality_failover,
+        }
+        reason = "callers of a headless Service connect to the pod address they resolved: no balancer picks one"
+        return [(f"trafficPolicy.{field}", reason) for field, set_ in given.items() if set_]
+
+    def _sidecarless_problems(self) -> list[tuple[str, str]]:
+        if self.service.sidecar:
+            if self.service.tls is not None:
+                return [("service.tls", "only for a server without a sidecar: callers use Istio mTLS")]
+            return []
+        problems = []
+        if self.mtls is not MtlsMode.DISABLE:
+            problems.append(
+                ("mtls", "a server without a sidecar cannot take Istio mTLS: set DISABLE (service.tls for its own TLS)")
+            )
+        for index, client in enumerate(self.clients):
+            for number, rule in enumerate(client.access):
+                if rule.action is Action.DENY or rule.methods or rule.paths or rule.headers or rule.jwt_claims:
+                    problems.append(
+                        (
+                            f"clients[{index}].access[{number}]",
+                            "no sidecar on the server enforces access rules: only a plain ALLOW (who may call) is "
+                            "kept, and it is not enforced either",
+                        )
+                    )
+        if self.authentication.jwt:
+            problems.append(("authentication.jwt", "tokens are validated by the server's sidecar, and it has none"))
         return problems
 
     @model_validator(mode="after")

@@ -24,6 +24,13 @@ What a cluster gets for one intent:
   this intent (plus `./*` and `istio-system/*`); `merge_sidecars` folds the Sidecars that several
   intents render for one workload into the single one Istio honours.
 
+A **headless** Service's callers connect to the pod address they resolved (Istio's ORIGINAL_DST):
+its DestinationRule has no load balancer, and the model refuses one. A server **without a sidecar**
+gets only the DestinationRule (plaintext, or SIMPLE TLS to the TLS it terminates) and the
+VirtualService, both applied by the callers' sidecars: no PeerAuthentication, AuthorizationPolicy
+or RequestAuthentication, since nothing on its pods would enforce them (the model refuses access
+rules and issuers for it), and nothing crosses clusters (its mtls is DISABLE).
+
 Paths in the policies hold only because istiod normalizes request paths first: the mesh must run
 with `REQUIRED_PATH_NORMALIZATION` (meshplane.model.intents), and the model refuses paths that no
 normalized request has.
@@ -50,6 +57,7 @@ from meshplane.model.intents import (
     IntentClient,
     MtlsMode,
     RouteMatch,
+    ServerTlsMode,
     ServiceIntentSpec,
     TlsMode,
     TrafficPolicy,
@@ -316,6 +324,14 @@ def _server_objects(
     # The local ingress gateway follows the traffic policy too; timeouts and retries it has its own.
     gateway_here = any(i.clusters.get(cluster) == namespace for i in ingress)
     rule_export_to = sorted({*export_to, GATEWAY_NAMESPACE}) if gateway_here else export_to
+    routing = [
+        _destination_rule(intent, object_name(name, "dr"), namespace, host, rule_export_to),
+        *_virtual_services(intent, object_name(name, "vs"), namespace, host, export_to),
+    ]
+    if not spec.service.sidecar:
+        # Nothing on the server's pods would enforce a policy or take mTLS: the model refuses
+        # what only a sidecar could keep, and nothing crosses clusters (mtls is DISABLE).
+        return routing
     out = [
         _object(
             SECURITY,
@@ -338,8 +354,7 @@ def _server_objects(
     out += request_authentication(
         intent, spec.authentication, object_name(name, "jwt"), namespace, selector["matchLabels"]
     )
-    out.append(_destination_rule(intent, object_name(name, "dr"), namespace, host, rule_export_to))
-    out += _virtual_services(intent, object_name(name, "vs"), namespace, host, export_to)
+    out += routing
     east_west = fleet.clusters[cluster].east_west
     if remote_callers and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
         out.append(_east_west_gateway(intent, namespace))
@@ -504,17 +519,19 @@ def _sidecar_hosts(hosts: Iterable[str]) -> list[str]:
 
 
 def _destination_rule(intent: Resource, name: str, namespace: str, host: str, export_to: list[str]) -> dict:
-    spec = {"host": host, "exportTo": export_to, "trafficPolicy": _traffic_policy(intent.spec)}
+    spec = {"host": host, "exportTo": export_to, "trafficPolicy": _traffic_policy(intent.spec, namespace)}
     return _object(NETWORKING, "DestinationRule", name, namespace, owner_labels(intent), spec)
 
 
-def _traffic_policy(spec: ServiceIntentSpec) -> dict:
+def _traffic_policy(spec: ServiceIntentSpec, namespace: str) -> dict:
     wanted = spec.traffic_policy
-    policy: dict = {"tls": {"mode": "DISABLE" if spec.mtls is MtlsMode.DISABLE else "ISTIO_MUTUAL"}}
-    balancer = _balancer(wanted)
-    if wanted.locality_failover:
-        balancer["localityLbSetting"] = {"enabled": True}
-    policy["loadBalancer"] = balancer
+    policy: dict = {"tls": _client_tls(spec, namespace)}
+    if not spec.service.headless:
+        # Callers of a headless Service connect to the pod address they resolved (ORIGINAL_DST).
+        balancer = _balancer(wanted)
+        if wanted.locality_failover:
+            balancer["localityLbSetting"] = {"enabled": True}
+        policy["loadBalancer"] = balancer
     breaker = wanted.circuit_breaker
     pool: dict = {}
     outlier: dict = {}
@@ -545,6 +562,24 @@ def _traffic_policy(spec: ServiceIntentSpec) -> dict:
     if outlier:
         policy["outlierDetection"] = outlier
     return policy
+
+
+def _client_tls(spec: ServiceIntentSpec, namespace: str) -> dict:
+    """Istio mTLS to a sidecar; to a server without one, plaintext or the TLS it terminates."""
+    if spec.service.sidecar:
+        return {"mode": "DISABLE" if spec.mtls is MtlsMode.DISABLE else "ISTIO_MUTUAL"}
+    wanted = spec.service.tls
+    if wanted is None or wanted.mode is ServerTlsMode.DISABLE:
+        return {"mode": "DISABLE"}
+    tls: dict = {"mode": "SIMPLE"}
+    if wanted.ca_config_map is not None:
+        # istiod hands a ConfigMap of the DestinationRule's own namespace to any sidecar.
+        tls["credentialName"] = f"configmap://{namespace}/{wanted.ca_config_map}"
+    if wanted.sni is not None:
+        tls["sni"] = wanted.sni
+    if wanted.subject_alt_names:
+        tls["subjectAltNames"] = sorted(set(wanted.subject_alt_names))
+    return tls
 
 
 def _balancer(wanted: TrafficPolicy) -> dict:

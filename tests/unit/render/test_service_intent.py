@@ -127,6 +127,30 @@ spec:
     access:
     - {action: ALLOW, methods: [POST], paths: ["/orders.v1.Orders/GetOrder"]}
 ---
+# A StatefulSet behind a headless Service: the cart connects to the pod it resolved.
+apiVersion: meshplane.io/v1alpha1
+kind: ServiceIntent
+metadata: {name: stock, project: shop}
+spec:
+  service: {name: stock, port: 7000, protocol: TCP, headless: true}
+  placement: {logicalCloud: retail}
+  trafficPolicy: {circuitBreaker: {maxConnections: 10}}
+  clients: [{service: {name: cart}}]
+---
+# A legacy ledger without a sidecar that terminates TLS itself: callers verify it with its CA.
+apiVersion: meshplane.io/v1alpha1
+kind: ServiceIntent
+metadata: {name: ledger, project: shop}
+spec:
+  service:
+    name: ledger
+    port: 8443
+    sidecar: false
+    tls: {mode: SIMPLE, caConfigMap: ledger-ca, sni: ledger.shop.svc.cluster.local}
+  placement: {logicalCloud: retail, clusters: [edge-1]}
+  mtls: DISABLE
+  clients: [{service: {name: cart}}]
+---
 # Shoppers reach the retail orders API through the ingress gateway: its identity is a caller too.
 apiVersion: meshplane.io/v1alpha1
 kind: IngressIntent
@@ -278,9 +302,11 @@ def test_sidecars_of_one_workload_from_two_intents_merge_into_one(scenario: Flee
         "./*",
         "istio-system/*",
         "ops/orders.ops.svc.cluster.local",
+        "shop/ledger.shop.svc.cluster.local",
         "shop/orders.shop.svc.cluster.local",
+        "shop/stock.shop.svc.cluster.local",
     ]
-    assert sidecar["metadata"]["annotations"] == {"meshplane.io/intents": "orders,orders-ops"}
+    assert sidecar["metadata"]["annotations"] == {"meshplane.io/intents": "ledger,orders,orders-ops,stock"}
     assert OWNER_NAME not in sidecar["metadata"]["labels"]
 
 

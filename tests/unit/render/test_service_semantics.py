@@ -341,3 +341,80 @@ def test_http_request_limits_on_a_tcp_service_are_refused_not_dropped() -> None:
     spec = orders_spec(clients=[], trafficPolicy={"circuitBreaker": {"http2MaxRequests": 200}})
     spec["service"]["protocol"] = "TCP"
     assert list(refusal(spec)) == ["spec.trafficPolicy.circuitBreaker"]
+
+
+# --- EMCO: headless services ---------------------------------------------------------------------
+
+
+def headless_spec(**traffic: object) -> dict:
+    spec = orders_spec(clients=[{"service": {"name": "cart"}}], trafficPolicy=traffic)
+    spec["service"]["headless"] = True
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("traffic", "field"),
+    [
+        ({"loadBalancer": "LEAST_REQUEST"}, "spec.trafficPolicy.loadBalancer"),
+        ({"consistentHash": {"useSourceIp": True}}, "spec.trafficPolicy.consistentHash"),
+        ({"localityFailover": True}, "spec.trafficPolicy.localityFailover"),
+    ],
+)
+def test_balancing_a_headless_service_is_refused(traffic: dict, field: str) -> None:
+    errors = refusal(headless_spec(**traffic))
+    assert list(errors) == [field]
+    assert "pod address" in errors[field]
+
+
+def test_a_headless_services_destination_rule_promises_no_balancer(scenario: Fleet) -> None:
+    objects = valid(render_service_intent(service_intent("orders-hl", headless_spec(timeout="2s")), scenario, "edge-1"))
+    policy = objects_of(objects, "DestinationRule")["orders-hl-dr"]["spec"]["trafficPolicy"]
+    assert policy == {"tls": {"mode": "ISTIO_MUTUAL"}}
+    # Access is enforced on the server's pods as for any service.
+    assert objects_of(objects, "AuthorizationPolicy")["orders-hl-allow"]["spec"]["rules"]
+
+
+# --- EMCO: servers without a sidecar -------------------------------------------------------------
+
+
+def plain_spec(**service: object) -> dict:
+    spec = orders_spec(mtls="DISABLE", clients=[{"service": {"name": "cart"}}])
+    spec["service"].update({"sidecar": False, **service})
+    return spec
+
+
+def test_a_server_without_sidecar_gets_tls_it_terminates_and_no_policy_it_cannot_enforce(scenario: Fleet) -> None:
+    tls = {"mode": "SIMPLE", "caConfigMap": "orders-ca", "sni": "orders.internal", "subjectAltNames": ["orders"]}
+    intent = service_intent("legacy", plain_spec(tls=tls))
+    objects = valid(render_service_intent(intent, scenario, "edge-1"))
+    assert {o["kind"] for o in objects} == {"DestinationRule", "Sidecar"}
+    rule = objects_of(objects, "DestinationRule")["legacy-dr"]["spec"]["trafficPolicy"]
+    assert rule["tls"] == {
+        "mode": "SIMPLE",
+        "credentialName": "configmap://shop/orders-ca",
+        "sni": "orders.internal",
+        "subjectAltNames": ["orders"],
+    }
+    plaintext = valid(render_service_intent(service_intent("legacy", plain_spec()), scenario, "edge-1"))
+    assert objects_of(plaintext, "DestinationRule")["legacy-dr"]["spec"]["trafficPolicy"]["tls"] == {"mode": "DISABLE"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"mtls": "STRICT"}, "spec.mtls"),
+        ({"clients": [{"service": {"name": "cart"}, "access": [{"action": "DENY"}]}]}, "spec.clients[0].access[0]"),
+        ({"clients": [{"service": {"name": "cart"}, "access": [{"methods": ["GET"]}]}]}, "spec.clients[0].access[0]"),
+        ({"authentication": {"jwt": [ISSUER]}}, "spec.authentication.jwt"),
+    ],
+)
+def test_what_only_a_servers_sidecar_could_enforce_is_refused_without_one(change: dict, field: str) -> None:
+    errors = refusal({**plain_spec(), **change})
+    assert field in errors, errors
+    assert "sidecar" in errors[field]
+
+
+def test_server_tls_is_only_for_servers_without_a_sidecar() -> None:
+    spec = orders_spec(clients=[])
+    spec["service"]["tls"] = {"mode": "SIMPLE"}
+    assert list(refusal(spec)) == ["spec.service.tls"]
