@@ -551,10 +551,14 @@ class IngressIntentSpec(WireModel):
     """How the ingress gateway validates request tokens (rendered as a RequestAuthentication)."""
 
     def field_problems(self) -> list[tuple[str, str]]:
-        """Token conditions that no configured issuer could satisfy, as (path under spec, message)."""
-        problems = []
-        for index, entry in enumerate(self.access):
-            problems += self.authentication.token_problems(
-                f"access[{index}]", entry.jwt_claims, entry.sources.request_principals
-            )
-        return problems
+        """Rules across fields, as (path under spec, message)."""
+        return ingress_token_problems(self)
+
+
+def ingress_token_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
+    """Token conditions of the access rules that no configured issuer could satisfy."""
+    problems = []
+    for index, entry in enumerate(spec.access):
+        path = f"access[{index}]"
+        problems += spec.authentication.token_problems(path, entry.jwt_claims, entry.sources.request_principals)
+    return problems
