@@ -138,6 +138,9 @@ class ServerService(WireModel):
     app: Name | None = None
     """The pods' `app` label; defaults to the service name."""
     port: Port
+    target_port: Port | None = None
+    """The pods' port the Service forwards `port` to; defaults to `port`. Istio matches policy
+    ports against it, and every rule of the intent is scoped to it."""
     protocol: ServiceProtocol = ServiceProtocol.HTTP
     headless: bool = False
     """A headless Service (clusterIP None): callers connect to the pod address they resolved

@@ -371,26 +371,29 @@ def _authorization_rules(
     gateway's identity on their paths; the same identity whichever cluster's gateway forwards.
     """
     rules: dict[Action, dict[str, dict]] = {Action.ALLOW: {}, Action.DENY: {}}
+    # Every rule on the pods' port of this service: Istio drops HTTP-only conditions from a DENY rule
+    # on the pods' TCP ports, which would refuse the client every other port; and an ALLOW for this
+    # service grants nothing on the pods' other ports.
+    ports = [str(spec.service.target_port or spec.service.port)]
     gateway = {"source": {"principals": [principal(trust_domain, GATEWAY_NAMESPACE, INGRESS_GATEWAY_SERVICE_ACCOUNT)]}}
     for routes in ingress:
-        rule: dict = {"from": [gateway]}
+        operation: dict = {"ports": ports}
         if routes.paths is not None:
-            rule["to"] = [{"operation": {"paths": sorted(set(routes.paths))}}]
+            operation["paths"] = sorted(set(routes.paths))
+        rule: dict = {"from": [gateway], "to": [{"operation": operation}]}
         rules[Action.ALLOW][_canonical(rule)] = rule
     for placed in clients:
         sources = _sources(placed, trust_domain)
         if not sources:
             continue
         for access in placed.client.access:
-            rule: dict = {"from": sources}
+            operation = {"ports": ports}
+            rule = {"from": sources, "to": [{"operation": operation}]}
             if spec.service.protocol.is_http:
-                operation = {}
                 if access.methods:
                     operation["methods"] = sorted({m.value for m in access.methods})
                 if access.paths:
                     operation["paths"] = sorted(set(access.paths))
-                if operation:
-                    rule["to"] = [{"operation": operation}]
                 when = [
                     {"key": f"request.headers[{header.lower()}]", "values": [value]}
                     for header, value in sorted(access.headers.items(), key=lambda kv: kv[0].lower())

@@ -264,7 +264,7 @@ def test_server_cluster_gets_allow_and_deny_policies_with_principals_of_every_cl
     assert deny["rules"] == [
         {
             "from": [{"source": {"principals": ["cluster.local/ns/shop/sa/cart"]}}],
-            "to": [{"operation": {"paths": ["/orders.v1.Orders/DeleteOrder"]}}],
+            "to": [{"operation": {"ports": ["9090"], "paths": ["/orders.v1.Orders/DeleteOrder"]}}],
         }
     ]
 
@@ -339,7 +339,10 @@ def test_non_http_services_get_neither_operations_nor_virtual_services(scenario:
     objects = render_service_intent(REGISTRY.parse(doc), scenario, "edge-1")
     assert not objects_of(objects, "VirtualService")
     assert objects_of(objects, "AuthorizationPolicy")["db-allow"]["spec"]["rules"] == [
-        {"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/orders"]}}]}
+        {
+            "from": [{"source": {"principals": ["cluster.local/ns/shop/sa/orders"]}}],
+            "to": [{"operation": {"ports": ["5432"]}}],
+        }
     ]
 
 

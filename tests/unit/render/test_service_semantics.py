@@ -236,7 +236,7 @@ def test_the_servers_allow_policy_admits_the_ingress_gateway_on_the_routed_paths
     assert allow["rules"] == [
         {
             "from": [{"source": {"principals": [GATEWAY_PRINCIPAL]}}],
-            "to": [{"operation": {"paths": ["/healthz", "/shop*"]}}],
+            "to": [{"operation": {"ports": ["8080"], "paths": ["/healthz", "/shop*"]}}],
         }
     ]
 
@@ -418,3 +418,29 @@ def test_server_tls_is_only_for_servers_without_a_sidecar() -> None:
     spec = orders_spec(clients=[])
     spec["service"]["tls"] = {"mode": "SIMPLE"}
     assert list(refusal(spec)) == ["spec.service.tls"]
+
+
+# --- policies hold on the service's own port ----------------------------------------------------
+
+
+def test_every_rule_is_scoped_to_the_target_port_so_a_deny_never_widens_to_tcp_ports(scenario: Fleet) -> None:
+    # Istio drops HTTP-only conditions from a DENY rule on a TCP port of the same pods: unscoped, a
+    # DENY by path would refuse the client everything on every other port. It matches policy ports
+    # against the pod's port, the Service's targetPort.
+    spec = orders_spec(
+        clients=[{"service": {"name": "cart"}, "access": [{"action": "ALLOW"}, {"action": "DENY", "paths": ["/x"]}]}]
+    )
+    spec["service"]["targetPort"] = 8081
+    objects = render_service_intent(service_intent("orders-port", spec), scenario, "edge-1")
+    policies = objects_of(objects, "AuthorizationPolicy")
+    for name in ("orders-port-allow", "orders-port-deny"):
+        for rule in policies[name]["spec"]["rules"]:
+            assert [op["operation"]["ports"] for op in rule["to"]] == [["8081"]], (name, rule)
+
+
+def test_the_target_port_defaults_to_the_service_port(scenario: Fleet) -> None:
+    spec = orders_spec(clients=[{"service": {"name": "cart"}}])
+    allow = objects_of(
+        render_service_intent(service_intent("orders-port", spec), scenario, "edge-1"), "AuthorizationPolicy"
+    )
+    assert all(r["to"][0]["operation"]["ports"] == ["8080"] for r in allow["orders-port-allow"]["spec"]["rules"])
