@@ -206,7 +206,7 @@ def merge_sidecars(objects: Iterable[dict]) -> list[dict]:
         kept = into["metadata"].get("labels", {})
         into["metadata"]["labels"] = {k: v for k, v in kept.items() if labels.get(k) == v}
         hosts = set(into["spec"]["egress"][0]["hosts"]) | set(obj["spec"]["egress"][0]["hosts"])
-        into["spec"]["egress"][0]["hosts"] = _sidecar_hosts(hosts)
+        into["spec"]["egress"][0]["hosts"] = _sidecar_hosts(key[0], hosts)
     for key, obj in merged.items():
         if len(owners[key]) > 1:
             obj["metadata"]["labels"].pop(OWNER_NAME, None)
@@ -509,13 +509,17 @@ def _sidecars(
             hosts_by_workload.setdefault((namespace, service.name), set()).update(reachable[namespace])
     out = []
     for (namespace, workload), hosts in sorted(hosts_by_workload.items()):
-        spec = {"workloadSelector": {"labels": {"app": workload}}, "egress": [{"hosts": _sidecar_hosts(hosts)}]}
+        spec = {
+            "workloadSelector": {"labels": {"app": workload}},
+            "egress": [{"hosts": _sidecar_hosts(namespace, hosts)}],
+        }
         out.append(_object(NETWORKING, "Sidecar", sidecar_name(workload), namespace, owner_labels(intent), spec))
     return out
 
 
-def _sidecar_hosts(hosts: Iterable[str]) -> list[str]:
-    return sorted(set(hosts) | set(_SIDECAR_BASE_HOSTS))
+def _sidecar_hosts(namespace: str, hosts: Iterable[str]) -> list[str]:
+    """The base hosts and `hosts`, less those of `namespace` itself, which `./*` already names."""
+    return sorted({h for h in hosts if h.split("/", 1)[0] != namespace} | set(_SIDECAR_BASE_HOSTS))
 
 
 # --- traffic policy -----------------------------------------------------------------------------

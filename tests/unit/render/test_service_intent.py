@@ -302,9 +302,6 @@ def test_sidecars_of_one_workload_from_two_intents_merge_into_one(scenario: Flee
         "./*",
         "istio-system/*",
         "ops/orders.ops.svc.cluster.local",
-        "shop/ledger.shop.svc.cluster.local",
-        "shop/orders.shop.svc.cluster.local",
-        "shop/stock.shop.svc.cluster.local",
     ]
     assert sidecar["metadata"]["annotations"] == {"meshplane.io/intents": "ledger,orders,orders-ops,stock"}
     assert OWNER_NAME not in sidecar["metadata"]["labels"]

@@ -444,3 +444,13 @@ def test_the_target_port_defaults_to_the_service_port(scenario: Fleet) -> None:
         render_service_intent(service_intent("orders-port", spec), scenario, "edge-1"), "AuthorizationPolicy"
     )
     assert all(r["to"][0]["operation"]["ports"] == ["8080"] for r in allow["orders-port-allow"]["spec"]["rules"])
+
+
+def test_a_sidecar_lists_no_host_its_own_namespace_wildcard_covers(scenario: Fleet) -> None:
+    # istioctl warns of each as a duplicated egress host: './*' already names them.
+    for cluster in ("core-1", "edge-1", "edge-2"):
+        for sidecar in objects_of(render_cluster(scenario, cluster), "Sidecar").values():
+            own = sidecar["metadata"]["namespace"]
+            hosts = sidecar["spec"]["egress"][0]["hosts"]
+            assert "./*" in hosts
+            assert not [h for h in hosts if h.split("/")[0] == own], (cluster, own, hosts)
