@@ -342,6 +342,14 @@ class ServiceIntentSpec(WireModel):
                     ("trafficPolicy.circuitBreaker", f"request limits need HTTP, not {protocol}: use maxConnections")
                 )
         for index, client in enumerate(self.clients):
+            if client.service is not None and self.mtls is MtlsMode.DISABLE and self.service.sidecar:
+                problems.append(
+                    (
+                        f"clients[{index}].service",
+                        "under mtls DISABLE callers send plaintext and present no principal, so a service client "
+                        "could never be matched: use PERMISSIVE or STRICT (or cidrs for callers outside the mesh)",
+                    )
+                )
             if client.cidrs and self.mtls is MtlsMode.STRICT:
                 problems.append(
                     (

@@ -383,6 +383,15 @@ PROJECTS = ["p0", "p1"]
 SERVICE_NAMES = ["orders", "cart", "audit"]
 
 
+def mtls_modes(clients: list[dict]) -> list[str]:
+    modes = {"STRICT", "PERMISSIVE", "DISABLE"}
+    if any("cidrs" in c for c in clients):
+        modes.discard("STRICT")
+    if any("service" in c for c in clients):
+        modes.discard("DISABLE")
+    return sorted(modes)
+
+
 @st.composite
 def fleets(draw: st.DrawFn) -> Fleet:
     clusters = {}
@@ -436,14 +445,9 @@ def fleets(draw: st.DrawFn) -> Fleet:
                     # One host per intent and namespace, as write-time validation ensures.
                     "service": {"name": f"s{index}", "app": "orders", "port": 8080 + index, "protocol": protocol},
                     "placement": placement,
-                    # Callers outside the mesh (cidrs) need a server that accepts plaintext.
-                    "mtls": draw(
-                        st.sampled_from(
-                            ["PERMISSIVE", "DISABLE"]
-                            if any("cidrs" in c for c in clients)
-                            else ["STRICT", "PERMISSIVE", "DISABLE"]
-                        )
-                    ),
+                    # Callers outside the mesh (cidrs) need a server that accepts plaintext, and mesh
+                    # callers (services) one that takes mTLS, where their principal is.
+                    "mtls": draw(st.sampled_from(mtls_modes(clients))),
                     "trafficPolicy": {"localityFailover": draw(st.booleans()), "timeout": "3s"},
                     "clients": clients,
                 },

@@ -454,3 +454,13 @@ def test_a_sidecar_lists_no_host_its_own_namespace_wildcard_covers(scenario: Fle
             hosts = sidecar["spec"]["egress"][0]["hosts"]
             assert "./*" in hosts
             assert not [h for h in hosts if h.split("/")[0] == own], (cluster, own, hosts)
+
+
+def test_service_clients_of_a_server_without_mtls_are_refused_since_no_principal_could_match() -> None:
+    # Under DISABLE the caller's sidecar sends plaintext: the server's sidecar sees no principal, so
+    # an ALLOW by principal refuses every declared client.
+    errors = refusal(orders_spec(mtls="DISABLE", clients=[{"service": {"name": "cart"}}]))
+    assert list(errors) == ["spec.clients[0].service"]
+    assert "principal" in errors["spec.clients[0].service"]
+    accepted = service_intent("ok", orders_spec(mtls="DISABLE", clients=[{"cidrs": ["10.0.0.0/8"]}]))
+    assert accepted.spec.clients[0].cidrs == ["10.0.0.0/8"]
