@@ -437,18 +437,32 @@ def fleets(draw: st.DrawFn) -> Fleet:
             narrowed = draw(st.lists(st.sampled_from(CLUSTERS), max_size=2, unique=True))
             if narrowed:
                 placement["clusters"] = narrowed
+            headless = draw(st.booleans())
+            traffic: dict = {"timeout": "3s"}
+            if not headless:
+                # Callers of a headless Service pick the pod themselves: no balancing to ask for.
+                traffic["localityFailover"] = draw(st.booleans())
+                keys = [None, {"useSourceIp": True}, *([{"httpHeaderName": "x-user"}] if http else [])]
+                if (hashing := draw(st.sampled_from(keys))) is not None:
+                    traffic["consistentHash"] = hashing
             doc = {
                 "apiVersion": "meshplane.io/v1alpha1",
                 "kind": "ServiceIntent",
                 "metadata": {"name": f"i{index}", "project": project},
                 "spec": {
                     # One host per intent and namespace, as write-time validation ensures.
-                    "service": {"name": f"s{index}", "app": "orders", "port": 8080 + index, "protocol": protocol},
+                    "service": {
+                        "name": f"s{index}",
+                        "app": "orders",
+                        "port": 8080 + index,
+                        "protocol": protocol,
+                        "headless": headless,
+                    },
                     "placement": placement,
                     # Callers outside the mesh (cidrs) need a server that accepts plaintext, and mesh
                     # callers (services) one that takes mTLS, where their principal is.
                     "mtls": draw(st.sampled_from(mtls_modes(clients))),
-                    "trafficPolicy": {"localityFailover": draw(st.booleans()), "timeout": "3s"},
+                    "trafficPolicy": traffic,
                     "clients": clients,
                 },
             }
