@@ -158,20 +158,12 @@ def render_service_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
         reachable = {ns: [f"{namespace}/{local_host}"] for ns in _client_namespaces(clients, cluster)}
     elif cluster in remote_only and spec.mtls is not MtlsMode.DISABLE:
         hosts = _remote_hosts(intent, fleet, servers)
-        several = len(set(servers.values())) > 1
         client_namespaces = _client_namespaces(clients, cluster)
         gateway_namespaces = {i.clusters[cluster] for i in ingress if cluster in i.clusters}
-        reachable = {}
+        several = len(set(servers.values())) > 1
         for remote in hosts:
-            for ns in sorted({*client_namespaces, *(gateway_namespaces & {remote.namespace})}):
-                export_to = []
-                if ns in client_namespaces:
-                    export_to.append(".")
-                if ns == remote.namespace and ns in gateway_namespaces:
-                    export_to.append(GATEWAY_NAMESPACE)
-                objects += _client_objects(intent, remote, ns, several, export_to)
-        for ns in client_namespaces:
-            reachable[ns] = [f"{ns}/{remote.host}" for remote in hosts]
+            objects += _remote_host_objects(intent, remote, client_namespaces, gateway_namespaces, several)
+        reachable = {ns: [f"{ns}/{remote.host}" for remote in hosts] for ns in client_namespaces}
     else:
         reachable = {}
     objects += _sidecars(intent, clients, cluster, reachable)
@@ -448,6 +440,20 @@ def _east_west_gateway(intent: Resource, namespace: str) -> dict:
 
 
 # --- client side --------------------------------------------------------------------------------
+
+
+def _remote_host_objects(
+    intent: Resource, remote: _RemoteHost, client_namespaces: list[str], gateway_namespaces: set[str], several: bool
+) -> list[dict]:
+    """The remote host's objects in each client namespace (for `.`) and, where an ingress routes to
+    it, in the namespace it is served from (for the ingress gateway, in `istio-system`)."""
+    objects = []
+    for namespace in sorted({*client_namespaces, *(gateway_namespaces & {remote.namespace})}):
+        export_to = ["."] if namespace in client_namespaces else []
+        if namespace == remote.namespace and namespace in gateway_namespaces:
+            export_to.append(GATEWAY_NAMESPACE)
+        objects += _client_objects(intent, remote, namespace, several, export_to)
+    return objects
 
 
 def _client_objects(
