@@ -884,13 +884,16 @@ def signing_keys_retire(
 def render(
     files: Annotated[list[Path], typer.Option("-f", "--filename", help="YAML file (repeatable)")],
     cluster: Annotated[str, typer.Option("--cluster", help="the cluster to compute")],
+    trust_domain: Annotated[
+        str, typer.Option("--trust-domain", help="Istio's trust domain, as the server's trust_domain setting")
+    ] = "cluster.local",
 ) -> None:
     """Print what CLUSTER would receive, from files alone: placed objects and rendered Istio / DNS objects."""
     from meshplane.server.render.offline import project_documents
 
     with user_errors():
         docs = [doc for path in files for doc in load_documents(path.read_text())]
-        objects = project_documents(docs, cluster)
+        objects = project_documents(docs, cluster, trust_domain)
     sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False))
 
 

@@ -109,6 +109,12 @@ class ServerSettings(ProcessSettings):
         default_factory=list, description="extra DNS names / IPs for the server certificate created in data_dir/pki"
     )
 
+    trust_domain: str = Field(
+        default="cluster.local",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+        description="Istio's trust domain (meshConfig.trustDomain) of every cluster: rendered principals begin with it",
+    )
+
     http_tls_cert: Path | None = Field(default=None, description="serve the north API over HTTPS with this certificate")
     http_tls_key: Path | None = Field(default=None, description="its key (with http_tls_cert)")
 

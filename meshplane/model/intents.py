@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, AnyHttpUrl, Field, model_validator
 
+from meshplane.model.access import HeaderName
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
 from meshplane.model.kinds import Hostname, HttpMethod, Port
@@ -30,7 +32,33 @@ def _check_address(value: str) -> str:
     return value
 
 
+REQUIRED_PATH_NORMALIZATION = "MERGE_SLASHES"
+"""What istiod's `meshConfig.pathNormalization.normalization` must be (or DECODE_AND_MERGE_SLASHES).
+
+Authorization paths are matched after the proxy's normalization; Istio's default (BASE) resolves
+`.` and `..` but keeps `//`, so a DENY on `/orders/admin/*` would miss `/orders//admin/x` while an
+ALLOW on `/orders/*` admits it. No workload may override it (`connectionSettings.httpMergeSlashes`).
+"""
+
+_UNNORMALIZED = ("//", "/./", "/../", "\\", "%2f", "%5c", "%2e")
+
+
+def _check_policy_path(value: str) -> str:
+    """A request path after normalization can match it: rules that no normalized path can match
+    would be dead for ALLOW and, for DENY, a silent hole."""
+    literal = value.strip("*").lower()
+    normalized = not any(part in literal for part in _UNNORMALIZED) and not literal.endswith(("/.", "/.."))
+    if value != "*" and (not normalized or not (value.startswith("*") or value.startswith("/"))):
+        raise ValueError(
+            f"{value!r} is not a path a request has after the mesh's path normalization "
+            f"({REQUIRED_PATH_NORMALIZATION}: '.', '..' resolved, '//' merged), so it would never match: "
+            "write it as '/…', with no empty, '.' or '..' segment and no encoded slash, backslash or dot"
+        )
+    return value
+
+
 Cidr = Annotated[str, AfterValidator(_check_cidr)]
+PolicyPath = Annotated[str, AfterValidator(_check_policy_path)]
 IpAddress = Annotated[str, AfterValidator(_check_address)]
 
 
@@ -88,12 +116,41 @@ class Action(StrEnum):
     DENY = "DENY"
 
 
+class ServerTlsMode(StrEnum):
+    DISABLE = "DISABLE"
+    SIMPLE = "SIMPLE"
+
+
+class ServerTls(WireModel):
+    """How callers' sidecars speak to a server with no sidecar: plaintext, or TLS it terminates itself."""
+
+    mode: ServerTlsMode = ServerTlsMode.SIMPLE
+    ca_config_map: Name | None = None
+    """A ConfigMap in the server's namespace with the CA certificate (key `ca.crt` or `cacert`) that
+    verifies the server; default: the proxies' system roots. (A Secret is not offered: istiod gives
+    no Secret to a sidecar through a DestinationRule, and would send plaintext instead.)"""
+    sni: Hostname | None = None
+    subject_alt_names: list[str] = Field(default_factory=list)
+
+
 class ServerService(WireModel):
     name: Name
     app: Name | None = None
     """The pods' `app` label; defaults to the service name."""
     port: Port
+    target_port: Port | None = None
+    """The pods' port the Service forwards `port` to; defaults to `port`. Istio matches policy
+    ports against it, and every rule of the intent is scoped to it."""
     protocol: ServiceProtocol = ServiceProtocol.HTTP
+    headless: bool = False
+    """A headless Service (clusterIP None): callers connect to the pod address they resolved
+    (Istio's ORIGINAL_DST), so no load balancer picks endpoints; per-pod names resolve only in
+    clusters with replicas."""
+    sidecar: bool = True
+    """False: the server's pods run without an Istio sidecar. Nothing on them enforces Istio policy
+    or takes Istio mTLS: clients only scope where callers' sidecars may go, and `tls` says how they
+    connect (default plaintext)."""
+    tls: ServerTls | None = None
 
 
 class IntentRetries(WireModel):
@@ -102,15 +159,58 @@ class IntentRetries(WireModel):
 
 
 class CircuitBreaker(WireModel):
+    """Connection-pool limits and outlier ejection, applied by each calling sidecar."""
+
     max_connections: int | None = Field(default=None, ge=1)
     max_pending_requests: int | None = Field(default=None, ge=1)
+    """HTTP only: requests queued while waiting for a connection."""
+    http2_max_requests: int | None = Field(default=None, ge=1)
+    """HTTP only: requests in flight to the service at once (HTTP/1.1 and HTTP/2 alike)."""
+    max_requests_per_connection: int | None = Field(default=None, ge=1)
+    """HTTP only: requests a connection carries before it is closed (1: no keep-alive)."""
     consecutive_errors: int | None = Field(default=None, ge=1)
     interval: Duration | None = None
     base_ejection_time: Duration | None = None
 
+    @property
+    def http_limits(self) -> bool:
+        limits = (self.max_pending_requests, self.http2_max_requests, self.max_requests_per_connection)
+        return any(limit is not None for limit in limits)
+
+
+class HashCookie(WireModel):
+    name: str = Field(min_length=1)
+    path: str | None = None
+    ttl: Duration | None = None
+    """With a ttl the sidecar sets the cookie when the request has none; without, it only reads it."""
+
+
+class ConsistentHash(WireModel):
+    """Soft session affinity: requests with the same key go to the same endpoint while it is up.
+
+    Exactly one key: a cookie, a request header, or the caller's address (also for TCP).
+    """
+
+    http_cookie: HashCookie | None = None
+    http_header_name: HeaderName | None = None
+    use_source_ip: bool = False
+
+    @model_validator(mode="after")
+    def _one_key(self) -> ConsistentHash:
+        keys = [self.http_cookie is not None, self.http_header_name is not None, self.use_source_ip]
+        if sum(keys) != 1:
+            raise ValueError("give exactly one of httpCookie, httpHeaderName and useSourceIp")
+        return self
+
+    @property
+    def needs_http(self) -> bool:
+        return not self.use_source_ip
+
 
 class TrafficPolicy(WireModel):
     load_balancer: LoadBalancer = LoadBalancer.ROUND_ROBIN
+    consistent_hash: ConsistentHash | None = None
+    """Instead of loadBalancer (Istio takes one or the other)."""
     locality_failover: bool = False
     timeout: Duration | None = None
     retries: IntentRetries | None = None
@@ -134,12 +234,23 @@ class AccessRule(WireModel):
 
     action: Action = Action.ALLOW
     methods: list[HttpMethod] = Field(default_factory=list)
-    paths: list[str] = Field(default_factory=list)
+    paths: list[PolicyPath] = Field(default_factory=list)
+    """Istio's path forms: exact, `prefix*`, `*suffix`, `*`; as requests look after normalization."""
     headers: dict[str, str] = Field(default_factory=dict)
     jwt_claims: dict[str, str] = Field(default_factory=dict)
 
 
 class IntentClient(WireModel):
+    """A caller: a mesh workload (matched by its principal) and / or callers outside the mesh.
+
+    `cidrs` are plaintext callers, matched by their address as the server's sidecar sees it (the
+    direct peer) and only when they present no mesh identity: mesh callers from another cluster
+    come through the east-west gateway, whose address is their peer, and are matched by principal.
+    They need mtls PERMISSIVE: under STRICT the sidecar refuses every plaintext connection. Not
+    `remoteIpBlocks`: on a sidecar with no trusted proxy in front it would trust the caller's own
+    X-Forwarded-For.
+    """
+
     service: ClientService | None = None
     cidrs: list[Cidr] = Field(default_factory=list)
     access: list[AccessRule] = Field(default_factory=lambda: [AccessRule()])
@@ -151,6 +262,60 @@ class IntentClient(WireModel):
         return self
 
 
+class JwtRule(WireModel):
+    """How one issuer's tokens are validated: the part of Istio's JWTRule meshplane renders.
+
+    A request with a token that fails validation is refused (401); one without a token passes on
+    to the authorization rules without claims, so conditions on claims do not match it.
+    """
+
+    issuer: str = Field(min_length=1)
+    jwks_uri: AnyHttpUrl | None = None
+    """Where istiod fetches the issuer's key set (JWKS)."""
+    jwks: str | None = None
+    """Or the key set itself, inline JSON."""
+    audiences: list[str] = Field(default_factory=list)
+    """Accepted `aud` values; empty: any."""
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> JwtRule:
+        if (self.jwks is None) == (self.jwks_uri is None):
+            raise ValueError("give exactly one of jwksUri and jwks")
+        return self
+
+
+class IntentAuthentication(WireModel):
+    """Who validates request tokens: without it no claim and no request principal is ever set."""
+
+    jwt: list[JwtRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _issuers_once(self) -> IntentAuthentication:
+        issuers = [rule.issuer for rule in self.jwt]
+        if len(issuers) != len(set(issuers)):
+            raise ValueError("jwt: an issuer is listed twice")
+        return self
+
+    def token_problems(
+        self, path: str, claims: Mapping[str, str], request_principals: Sequence[str] = ()
+    ) -> list[tuple[str, str]]:
+        """(path, message) for conditions on tokens that no configured issuer could ever satisfy."""
+        problems = []
+        issuers = {rule.issuer for rule in self.jwt}
+        if (claims or request_principals) and not issuers:
+            field = "jwtClaims" if claims else "sources.requestPrincipals"
+            problems.append(
+                (
+                    f"{path}.{field}",
+                    "token conditions need authentication.jwt: without a validated token no claim or request "
+                    "principal is set, so an ALLOW rule never matches and a DENY rule never applies",
+                )
+            )
+        elif "iss" in claims and claims["iss"] not in issuers:
+            problems.append((f"{path}.jwtClaims.iss", f"{claims['iss']!r} is not an issuer in authentication.jwt"))
+        return problems
+
+
 class ServiceIntentSpec(WireModel):
     """Who may call a service, how, and where its replicas run."""
 
@@ -159,6 +324,80 @@ class ServiceIntentSpec(WireModel):
     mtls: MtlsMode = MtlsMode.STRICT
     traffic_policy: TrafficPolicy = Field(default_factory=TrafficPolicy)
     clients: list[IntentClient] = Field(default_factory=list)
+    authentication: IntentAuthentication = Field(default_factory=IntentAuthentication)
+    """How the server's sidecar validates request tokens (rendered as a RequestAuthentication)."""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules across fields, as (path under spec, message), so each error still names its field."""
+        problems = self._headless_problems() + self._sidecarless_problems()
+        wanted = self.traffic_policy
+        if wanted.consistent_hash is not None and "load_balancer" in wanted.model_fields_set:
+            problems.append(("trafficPolicy.consistentHash", "give loadBalancer or consistentHash, not both"))
+        if not self.service.protocol.is_http:
+            protocol = self.service.protocol.value
+            if wanted.consistent_hash is not None and wanted.consistent_hash.needs_http:
+                problems.append(("trafficPolicy.consistentHash", f"a cookie or header needs HTTP, not {protocol}"))
+            if wanted.circuit_breaker is not None and wanted.circuit_breaker.http_limits:
+                problems.append(
+                    ("trafficPolicy.circuitBreaker", f"request limits need HTTP, not {protocol}: use maxConnections")
+                )
+        for index, client in enumerate(self.clients):
+            if client.service is not None and self.mtls is MtlsMode.DISABLE and self.service.sidecar:
+                problems.append(
+                    (
+                        f"clients[{index}].service",
+                        "under mtls DISABLE callers send plaintext and present no principal, so a service client "
+                        "could never be matched: use PERMISSIVE or STRICT (or cidrs for callers outside the mesh)",
+                    )
+                )
+            if client.cidrs and self.mtls is MtlsMode.STRICT:
+                problems.append(
+                    (
+                        f"clients[{index}].cidrs",
+                        "callers outside the mesh cannot connect under mtls STRICT (the server's sidecar refuses "
+                        "plaintext) and mesh callers are matched by principal: set mtls PERMISSIVE to admit them",
+                    )
+                )
+            for number, rule in enumerate(client.access):
+                path = f"clients[{index}].access[{number}]"
+                problems += self.authentication.token_problems(path, rule.jwt_claims)
+        return problems
+
+    def _headless_problems(self) -> list[tuple[str, str]]:
+        if not self.service.headless:
+            return []
+        wanted = self.traffic_policy
+        given = {
+            "loadBalancer": "load_balancer" in wanted.model_fields_set,
+            "consistentHash": wanted.consistent_hash is not None,
+            "localityFailover": wanted.locality_failover,
+        }
+        reason = "callers of a headless Service connect to the pod address they resolved: no balancer picks one"
+        return [(f"trafficPolicy.{field}", reason) for field, set_ in given.items() if set_]
+
+    def _sidecarless_problems(self) -> list[tuple[str, str]]:
+        if self.service.sidecar:
+            if self.service.tls is not None:
+                return [("service.tls", "only for a server without a sidecar: callers use Istio mTLS")]
+            return []
+        problems = []
+        if self.mtls is not MtlsMode.DISABLE:
+            problems.append(
+                ("mtls", "a server without a sidecar cannot take Istio mTLS: set DISABLE (service.tls for its own TLS)")
+            )
+        for index, client in enumerate(self.clients):
+            for number, rule in enumerate(client.access):
+                if rule.action is Action.DENY or rule.methods or rule.paths or rule.headers or rule.jwt_claims:
+                    problems.append(
+                        (
+                            f"clients[{index}].access[{number}]",
+                            "no sidecar on the server enforces access rules: only a plain ALLOW (who may call) is "
+                            "kept, and it is not enforced either",
+                        )
+                    )
+        if self.authentication.jwt:
+            problems.append(("authentication.jwt", "tokens are validated by the server's sidecar, and it has none"))
+        return problems
 
     @model_validator(mode="after")
     def _http_rules_need_http(self) -> ServiceIntentSpec:
@@ -395,3 +634,18 @@ class IngressIntentSpec(WireModel):
     routes: list[IngressRoute] = Field(min_length=1)
     access: list[IngressAccess] = Field(default_factory=list)
     placement: Placement = Field(default_factory=Placement)
+    authentication: IntentAuthentication = Field(default_factory=IntentAuthentication)
+    """How the ingress gateway validates request tokens (rendered as a RequestAuthentication)."""
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        """Rules across fields, as (path under spec, message)."""
+        return ingress_token_problems(self)
+
+
+def ingress_token_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
+    """Token conditions of the access rules that no configured issuer could satisfy."""
+    problems = []
+    for index, entry in enumerate(spec.access):
+        path = f"access[{index}]"
+        problems += spec.authentication.token_problems(path, entry.jwt_claims, entry.sources.request_principals)
+    return problems

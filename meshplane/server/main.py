@@ -219,7 +219,7 @@ async def run_server(
     cache = ResourceCache()
     projection = FleetProjection(cache)
     revoked = RevokedCertificates()
-    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache), revoked=revoked)
+    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache, settings.trust_domain), revoked=revoked)
     clusters = ClusterRegistry(store)
     leadership = Leadership(store)
     rollup = StatusRollup(store, projection, clusters, leadership)

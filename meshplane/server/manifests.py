@@ -17,6 +17,7 @@ from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.observability.logging import get_logger
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo, Fleet
+from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
@@ -31,7 +32,9 @@ def cluster_info(stored: StoredObject) -> ClusterInfo:
     return ClusterInfo(stored.name, dict(stored.labels), spec.east_west_gateway)
 
 
-def render_fleet(clusters: Iterable[ClusterInfo], sources: Iterable[Resource]) -> Fleet:
+def render_fleet(
+    clusters: Iterable[ClusterInfo], sources: Iterable[Resource], trust_domain: str = DEFAULT_TRUST_DOMAIN
+) -> Fleet:
     """The render input from clusters and validated LogicalCloud / intent resources."""
     by_kind: dict[str, list[Resource]] = {kind: [] for kind in RENDERED_FROM}
     for resource in sources:
@@ -42,6 +45,7 @@ def render_fleet(clusters: Iterable[ClusterInfo], sources: Iterable[Resource]) -
         service_intents=by_kind["ServiceIntent"],
         egress_intents=by_kind["EgressIntent"],
         ingress_intents=by_kind["IngressIntent"],
+        trust_domain=trust_domain,
     )
 
 
@@ -50,8 +54,9 @@ def packed_manifests(objects: Iterable[dict]) -> dict[str, VersionedResource]:
 
 
 class ManifestProjection:
-    def __init__(self, cache: ResourceCache):
+    def __init__(self, cache: ResourceCache, trust_domain: str = DEFAULT_TRUST_DOMAIN):
         self.cache = cache
+        self.trust_domain = trust_domain
         self.sources: dict[ObjectKey, Resource] = {}
         self.clusters: dict[str, ClusterInfo] = {}
         self._stale = True
@@ -88,7 +93,7 @@ class ManifestProjection:
         """Render every cluster if anything changed since the last flush."""
         if not self._stale:
             return
-        fleet = render_fleet(self.clusters.values(), self.sources.values())
+        fleet = render_fleet(self.clusters.values(), self.sources.values(), self.trust_domain)
         for cluster in sorted(self.clusters):
             self.cache.set_type(cluster, MANIFEST_TYPE, packed_manifests(render_cluster(fleet, cluster)))
         self._stale = False

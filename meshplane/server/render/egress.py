@@ -110,10 +110,11 @@ class _Client:
     namespace: str
     name: str
     service_account: str
+    trust_domain: str
 
     @property
     def principal(self) -> str:
-        return principal(self.namespace, self.service_account)
+        return principal(self.trust_domain, self.namespace, self.service_account)
 
 
 def _clients_here(
@@ -132,7 +133,7 @@ def _clients_here(
             if cluster not in members:
                 continue
             client_ns = service.namespace or members[cluster]
-        found.add(_Client(client_ns, service.name, service.service_account or service.name))
+        found.add(_Client(client_ns, service.name, service.service_account or service.name, fleet.trust_domain))
     return sorted(found)
 
 

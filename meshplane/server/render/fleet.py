@@ -9,6 +9,7 @@ from meshplane.model.intents import LogicalCloudSpec
 from meshplane.model.kinds import EastWestGateway
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
+from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
 
 GROUP_LABEL = "meshplane.io"
 OWNER_PROJECT = f"{GROUP_LABEL}/project"
@@ -37,6 +38,8 @@ class Fleet:
     service_intents: Sequence[Resource] = ()
     egress_intents: Sequence[Resource] = ()
     ingress_intents: Sequence[Resource] = ()
+    trust_domain: str = DEFAULT_TRUST_DOMAIN
+    """Istio's trust domain in every cluster (one root, one domain): the prefix of every principal."""
 
 
 def cloud_members(fleet: Fleet, project: str, cloud: str) -> dict[str, str]:

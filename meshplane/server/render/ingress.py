@@ -23,8 +23,8 @@ Per cluster where the intent applies (`placement_targets`):
   `eastWestGateway.address`, standing in for an ingress address the Cluster kind does not have yet;
   with no address known there are no records. Named `<intent>-dns.<server>`.
 
-Request principals and JWT claims are only as good as the RequestAuthentication that validates the
-tokens on the ingress gateway; the intent has no issuer fields yet, so none is rendered here.
+Request principals and JWT claims are set only from tokens a RequestAuthentication validated on the
+ingress gateway: `spec.authentication.jwt` renders it (`<intent>-ingress-jwt.<project>`, authn.py).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from meshplane.model.intents import (
     TlsMode,
 )
 from meshplane.model.resource import Resource
+from meshplane.server.render.authn import request_authentication
 from meshplane.server.render.egress import (
     GATEWAY_NAMESPACE,
     NETWORKING,
@@ -254,4 +255,8 @@ def render_ingress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     objects += _policies(intent, spec, passthrough)
     east_west = fleet.clusters[cluster].east_west
     objects += _dns_endpoints(intent, spec, east_west.address if east_west else None, namespace)
+    jwt_name = object_name(intent.metadata.name, "ingress-jwt", intent.metadata.project)
+    objects += request_authentication(
+        intent, spec.authentication, jwt_name, GATEWAY_NAMESPACE, INGRESS_GATEWAY_SELECTOR
+    )
     return sort_objects(objects)

@@ -12,7 +12,11 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 CLUSTER_DOMAIN = "cluster.local"
-"""Kubernetes' cluster domain and Istio's trust domain: one mesh, one domain, in every cluster."""
+"""Kubernetes' cluster domain: the DNS suffix of every Service host (`<svc>.<ns>.svc.cluster.local`)."""
+
+DEFAULT_TRUST_DOMAIN = "cluster.local"
+"""Istio's trust domain when the fleet sets none (istiod's own default). It names identities, not
+hosts: a fleet whose meshes run with another `meshConfig.trustDomain` sets it on the server."""
 
 VIP_NETWORK = ipaddress.IPv4Network("240.241.0.0/16")
 """Virtual IPs of cross-cluster hosts in clusters that have no Service for them.
@@ -21,10 +25,12 @@ Class E (240.0.0.0/4) is never routed, so a VIP never shadows a real address; 24
 left alone because Istio's own DNS auto-allocation hands out addresses from it.
 """
 
-EAST_WEST_GATEWAY = "eastwest.meshplane"
+EAST_WEST_GATEWAY = "meshplane-eastwest"
 """The name of the Gateway that opens a namespace's services to other clusters' east-west traffic.
 
-Intent names are DNS labels, so a name with a dot never meets an `<intent>-<purpose>` name.
+A DNS label, as istiod's validation demands of every Gateway name. It holds one `-`, so as an
+`<intent>-<purpose>[...]` name it could only be the purpose `eastwest` of an intent named
+`meshplane`: no renderer has that purpose (the Gateways intents render are `<intent>-gateway...`).
 """
 
 EAST_WEST_SELECTOR = {"istio": "eastwestgateway"}
@@ -86,9 +92,12 @@ def sidecar_name(workload: str) -> str:
     return f"{workload}-sidecar"
 
 
-def principal(namespace: str, service_account: str) -> str:
-    """The SPIFFE-derived principal Istio's authorization policies match for a workload identity."""
-    return f"{CLUSTER_DOMAIN}/ns/{namespace}/sa/{service_account}"
+def principal(trust_domain: str, namespace: str, service_account: str) -> str:
+    """The SPIFFE-derived principal Istio's authorization policies match for a workload identity.
+
+    Istio compares the whole string, trust domain included: with the wrong one no rule ever matches.
+    """
+    return f"{trust_domain}/ns/{namespace}/sa/{service_account}"
 
 
 class HostKey(NamedTuple):

@@ -16,9 +16,12 @@ from meshplane.server.manifests import RENDERED_FROM, render_fleet
 from meshplane.server.projection import placement_of
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo
+from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
 
 
-def project_documents(docs: Iterable[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
+def project_documents(
+    docs: Iterable[dict[str, Any]], cluster: str, trust_domain: str = DEFAULT_TRUST_DOMAIN
+) -> list[dict[str, Any]]:
     """Delivered objects placed on `cluster`, then the manifests rendered for it; ValueError for a
     cluster the files do not define (InvalidObject for an invalid document)."""
     resources = [REGISTRY.parse(doc) for doc in docs]
@@ -35,7 +38,7 @@ def project_documents(docs: Iterable[dict[str, Any]], cluster: str) -> list[dict
         (r for r in resources if r.kind in delivered_kinds and placement_of(r).selects(cluster, labels)),
         key=lambda r: (r.kind, r.metadata.project or "", r.metadata.name),
     )
-    fleet = render_fleet(clusters.values(), _rendered_from(resources))
+    fleet = render_fleet(clusters.values(), _rendered_from(resources), trust_domain)
     return [_without_status(r) for r in placed] + render_cluster(fleet, cluster)
 
 

@@ -23,6 +23,24 @@ What a cluster gets for one intent:
 - every cluster where a client service runs: a Sidecar for it, scoping its egress to the hosts of
   this intent (plus `./*` and `istio-system/*`); `merge_sidecars` folds the Sidecars that several
   intents render for one workload into the single one Istio honours.
+
+A **headless** Service's callers connect to the pod address they resolved (Istio's ORIGINAL_DST):
+its DestinationRule has no load balancer, and the model refuses one. A server **without a sidecar**
+gets only the DestinationRule (plaintext, or SIMPLE TLS to the TLS it terminates) and the
+VirtualService, both applied by the callers' sidecars: no PeerAuthentication, AuthorizationPolicy
+or RequestAuthentication, since nothing on its pods would enforce them (the model refuses access
+rules and issuers for it), and nothing crosses clusters (its mtls is DISABLE).
+
+Paths in the policies hold only because istiod normalizes request paths first: the mesh must run
+with `REQUIRED_PATH_NORMALIZATION` (meshplane.model.intents), and the model refuses paths that no
+normalized request has.
+
+User-facing routes (an IngressIntent of the project routing to the service's name and port) make the
+ingress gateway a caller: the ALLOW policy admits its identity (`INGRESS_GATEWAY_SERVICE_ACCOUNT`
+in `istio-system`) on the routed paths, the server's DestinationRule is exported to `istio-system`
+too, and where the ingress applies in a cluster without replicas, that cluster gets the
+ServiceEntry and DestinationRule in the ingress's namespace, exported to `istio-system` (and to `.`
+when clients run there): a gateway sees only what is exported to its own namespace.
 """
 
 from __future__ import annotations
@@ -33,9 +51,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from meshplane.model.durations import duration_seconds
-from meshplane.model.intents import Action, IntentClient, MtlsMode, ServiceIntentSpec
+from meshplane.model.intents import (
+    Action,
+    IngressIntentSpec,
+    IntentClient,
+    MtlsMode,
+    RouteMatch,
+    ServerTlsMode,
+    ServiceIntentSpec,
+    TlsMode,
+    TrafficPolicy,
+)
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
+from meshplane.server.render.authn import request_authentication
+from meshplane.server.render.egress import GATEWAY_NAMESPACE
 from meshplane.server.render.fleet import (
     GROUP_LABEL,
     OWNER_NAME,
@@ -50,17 +80,21 @@ from meshplane.server.render.names import (
     EAST_WEST_GATEWAY,
     EAST_WEST_PORT,
     EAST_WEST_SELECTOR,
-    SIDECAR_BASE_HOSTS,
     HostKey,
     allocate_vips,
     object_name,
     principal,
     service_host,
+    sidecar_hosts,
     sidecar_name,
 )
 
 NETWORKING = "networking.istio.io/v1"
 SECURITY = "security.istio.io/v1"
+
+INGRESS_GATEWAY_SERVICE_ACCOUNT = "istio-ingressgateway-service-account"
+"""The identity of the stock ingress gateway (in `istio-system`): the caller of user-facing routes.
+Ingress gateways of several entities must run as it too for their routes to be admitted."""
 
 ENDPOINT_CLUSTER_LABEL = f"{GROUP_LABEL}/cluster"
 """On a ServiceEntry endpoint: the cluster whose east-west gateway it is."""
@@ -80,6 +114,15 @@ class _PlacedClient:
 
     client: IntentClient
     clusters: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _IngressRoutes:
+    """An IngressIntent routing to this service, where it applies: cluster -> namespace, and the
+    paths routed here (None: the whole service, when a TLS passthrough or non-HTTP hides them)."""
+
+    clusters: Mapping[str, str]
+    paths: tuple[str, ...] | None
 
 
 @dataclass(frozen=True)
@@ -103,22 +146,24 @@ def render_service_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     project = intent.metadata.project or ""
     servers = placement_targets(fleet, project, spec.placement)
     clients = _place_clients(fleet, project, spec)
-    client_only = {c for placed in clients for c in placed.clusters} - servers.keys()
+    ingress = _ingress_routes(intent, fleet)
+    callers = {c for placed in clients for c in placed.clusters} | {c for i in ingress for c in i.clusters}
+    remote_only = callers - servers.keys()
 
     objects: list[dict] = []
     if cluster in servers:
         namespace = servers[cluster]
         local_host = service_host(spec.service.name, namespace)
-        objects += _server_objects(intent, fleet, clients, cluster, namespace, bool(client_only))
+        objects += _server_objects(intent, fleet, clients, ingress, cluster, namespace, bool(remote_only))
         reachable = {ns: [f"{namespace}/{local_host}"] for ns in _client_namespaces(clients, cluster)}
-    elif cluster in client_only and spec.mtls is not MtlsMode.DISABLE:
+    elif cluster in remote_only and spec.mtls is not MtlsMode.DISABLE:
         hosts = _remote_hosts(intent, fleet, servers)
+        client_namespaces = _client_namespaces(clients, cluster)
+        gateway_namespaces = {i.clusters[cluster] for i in ingress if cluster in i.clusters}
         several = len(set(servers.values())) > 1
-        reachable = {}
-        for ns in _client_namespaces(clients, cluster):
-            for remote in hosts:
-                objects += _client_objects(intent, remote, ns, several)
-            reachable[ns] = [f"{ns}/{remote.host}" for remote in hosts]
+        for remote in hosts:
+            objects += _remote_host_objects(intent, remote, client_namespaces, gateway_namespaces, several)
+        reachable = {ns: [f"{ns}/{remote.host}" for remote in hosts] for ns in client_namespaces}
     else:
         reachable = {}
     objects += _sidecars(intent, clients, cluster, reachable)
@@ -153,7 +198,7 @@ def merge_sidecars(objects: Iterable[dict]) -> list[dict]:
         kept = into["metadata"].get("labels", {})
         into["metadata"]["labels"] = {k: v for k, v in kept.items() if labels.get(k) == v}
         hosts = set(into["spec"]["egress"][0]["hosts"]) | set(obj["spec"]["egress"][0]["hosts"])
-        into["spec"]["egress"][0]["hosts"] = _sidecar_hosts(hosts)
+        into["spec"]["egress"][0]["hosts"] = sidecar_hosts(key[0], hosts)
     for key, obj in merged.items():
         if len(owners[key]) > 1:
             obj["metadata"]["labels"].pop(OWNER_NAME, None)
@@ -222,11 +267,45 @@ def _remote_hosts(intent: Resource, fleet: Fleet, servers: Mapping[str, str]) ->
     return out
 
 
+def _ingress_routes(intent: Resource, fleet: Fleet) -> list[_IngressRoutes]:
+    """The project's IngressIntents with a route to this service's name and port."""
+    spec: ServiceIntentSpec = intent.spec
+    project = intent.metadata.project or ""
+    out = []
+    for ingress in fleet.ingress_intents:
+        if (ingress.metadata.project or "") != project:
+            continue
+        ingress_spec: IngressIntentSpec = ingress.spec
+        routed = [
+            route.match
+            for route in ingress_spec.routes
+            if any(t.service == spec.service.name and t.port == spec.service.port for t in route.targets)
+        ]
+        if not routed:
+            continue
+        passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in ingress_spec.entities)
+        paths = None if passthrough or not spec.service.protocol.is_http else tuple(map(_policy_path, routed))
+        out.append(_IngressRoutes(placement_targets(fleet, project, ingress_spec.placement), paths))
+    return out
+
+
+def _policy_path(match: RouteMatch) -> str:
+    """A route's match as an authorization path: a VirtualService prefix is a plain string prefix,
+    as is a trailing `*` in a policy path."""
+    return match.exact if match.exact is not None else f"{match.prefix}*"
+
+
 # --- server side --------------------------------------------------------------------------------
 
 
 def _server_objects(
-    intent: Resource, fleet: Fleet, clients: list[_PlacedClient], cluster: str, namespace: str, remote_clients: bool
+    intent: Resource,
+    fleet: Fleet,
+    clients: list[_PlacedClient],
+    ingress: list[_IngressRoutes],
+    cluster: str,
+    namespace: str,
+    remote_callers: bool,
 ) -> list[dict]:
     spec: ServiceIntentSpec = intent.spec
     name = intent.metadata.name
@@ -234,6 +313,17 @@ def _server_objects(
     host = service_host(spec.service.name, namespace)
     selector = {"matchLabels": {"app": spec.service.app or spec.service.name}}
     export_to = sorted({namespace, *_client_namespaces(clients, cluster)})
+    # The local ingress gateway follows the traffic policy too; timeouts and retries it has its own.
+    gateway_here = any(i.clusters.get(cluster) == namespace for i in ingress)
+    rule_export_to = sorted({*export_to, GATEWAY_NAMESPACE}) if gateway_here else export_to
+    routing = [
+        _destination_rule(intent, object_name(name, "dr"), namespace, host, rule_export_to),
+        *_virtual_services(intent, object_name(name, "vs"), namespace, host, export_to),
+    ]
+    if not spec.service.sidecar:
+        # Nothing on the server's pods would enforce a policy or take mTLS: the model refuses
+        # what only a sidecar could keep, and nothing crosses clusters (mtls is DISABLE).
+        return routing
     out = [
         _object(
             SECURITY,
@@ -244,7 +334,8 @@ def _server_objects(
             {"selector": selector, "mtls": {"mode": spec.mtls.value}},
         )
     ]
-    rules = _authorization_rules(spec, clients)
+    reaching = [i for i in ingress if namespace in i.clusters.values()]
+    rules = _authorization_rules(spec, clients, reaching, fleet.trust_domain)
     allow_spec: dict = {"selector": selector, "action": "ALLOW"}
     if rules[Action.ALLOW]:
         allow_spec["rules"] = rules[Action.ALLOW]
@@ -252,35 +343,49 @@ def _server_objects(
     if rules[Action.DENY]:
         deny_spec = {"selector": selector, "action": "DENY", "rules": rules[Action.DENY]}
         out.append(_object(SECURITY, "AuthorizationPolicy", object_name(name, "deny"), namespace, labels, deny_spec))
-    out.append(_destination_rule(intent, object_name(name, "dr"), namespace, host, export_to))
-    out += _virtual_services(intent, object_name(name, "vs"), namespace, host, export_to)
+    out += request_authentication(
+        intent, spec.authentication, object_name(name, "jwt"), namespace, selector["matchLabels"]
+    )
+    out += routing
     east_west = fleet.clusters[cluster].east_west
-    if remote_clients and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
+    if remote_callers and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
         out.append(_east_west_gateway(intent, namespace))
     return out
 
 
-def _authorization_rules(spec: ServiceIntentSpec, clients: list[_PlacedClient]) -> dict[Action, list[dict]]:
+def _authorization_rules(
+    spec: ServiceIntentSpec, clients: list[_PlacedClient], ingress: list[_IngressRoutes], trust_domain: str
+) -> dict[Action, list[dict]]:
     """ALLOW and DENY rules from the clients' access rules, deduplicated and in a canonical order.
 
     A client with no identity to match (its logical cloud has no cluster) gets no rule: a rule
-    without sources would match every caller.
+    without sources would match every caller. User-facing routes (`ingress`) admit the ingress
+    gateway's identity on their paths; the same identity whichever cluster's gateway forwards.
     """
     rules: dict[Action, dict[str, dict]] = {Action.ALLOW: {}, Action.DENY: {}}
+    # Every rule on the pods' port of this service: Istio drops HTTP-only conditions from a DENY rule
+    # on the pods' TCP ports, which would refuse the client every other port; and an ALLOW for this
+    # service grants nothing on the pods' other ports.
+    ports = [str(spec.service.target_port or spec.service.port)]
+    gateway = {"source": {"principals": [principal(trust_domain, GATEWAY_NAMESPACE, INGRESS_GATEWAY_SERVICE_ACCOUNT)]}}
+    for routes in ingress:
+        operation: dict = {"ports": ports}
+        if routes.paths is not None:
+            operation["paths"] = sorted(set(routes.paths))
+        rule: dict = {"from": [gateway], "to": [{"operation": operation}]}
+        rules[Action.ALLOW][_canonical(rule)] = rule
     for placed in clients:
-        sources = _sources(placed)
+        sources = _sources(placed, trust_domain)
         if not sources:
             continue
         for access in placed.client.access:
-            rule: dict = {"from": sources}
+            operation = {"ports": ports}
+            rule = {"from": sources, "to": [{"operation": operation}]}
             if spec.service.protocol.is_http:
-                operation = {}
                 if access.methods:
                     operation["methods"] = sorted({m.value for m in access.methods})
                 if access.paths:
                     operation["paths"] = sorted(set(access.paths))
-                if operation:
-                    rule["to"] = [{"operation": operation}]
                 when = [
                     {"key": f"request.headers[{header.lower()}]", "values": [value]}
                     for header, value in sorted(access.headers.items(), key=lambda kv: kv[0].lower())
@@ -295,16 +400,22 @@ def _authorization_rules(spec: ServiceIntentSpec, clients: list[_PlacedClient]) 
     return {action: [by_key[k] for k in sorted(by_key)] for action, by_key in rules.items()}
 
 
-def _sources(placed: _PlacedClient) -> list[dict]:
-    """Who the client is: its principal in every namespace it runs in, and / or its CIDRs (either matches)."""
+def _sources(placed: _PlacedClient, trust_domain: str) -> list[dict]:
+    """Who the client is: its principal in every namespace it runs in, and / or its CIDRs (either matches).
+
+    CIDRs are `ipBlocks` (the direct peer) of plaintext callers: see `IntentClient` for why neither
+    `remoteIpBlocks` nor any mesh caller.
+    """
     sources = []
     service = placed.client.service
     if service is not None and placed.clusters:
         account = service.service_account or service.name
-        principals = sorted({principal(ns, account) for ns in placed.clusters.values()})
+        principals = sorted({principal(trust_domain, ns, account) for ns in placed.clusters.values()})
         sources.append({"source": {"principals": principals}})
     if placed.client.cidrs:
-        sources.append({"source": {"ipBlocks": sorted(set(placed.client.cidrs))}})
+        # Plaintext peers only: a mesh caller's direct peer may be the east-west gateway, whose
+        # address a range can contain, and it is matched by its principal instead.
+        sources.append({"source": {"ipBlocks": sorted(set(placed.client.cidrs)), "notPrincipals": ["*"]}})
     return sources
 
 
@@ -331,17 +442,38 @@ def _east_west_gateway(intent: Resource, namespace: str) -> dict:
 # --- client side --------------------------------------------------------------------------------
 
 
-def _client_objects(intent: Resource, remote: _RemoteHost, namespace: str, several: bool) -> list[dict]:
+def _remote_host_objects(
+    intent: Resource, remote: _RemoteHost, client_namespaces: list[str], gateway_namespaces: set[str], several: bool
+) -> list[dict]:
+    """The remote host's objects in each client namespace (for `.`) and, where an ingress routes to
+    it, in the namespace it is served from (for the ingress gateway, in `istio-system`)."""
+    objects = []
+    for namespace in sorted({*client_namespaces, *(gateway_namespaces & {remote.namespace})}):
+        export_to = ["."] if namespace in client_namespaces else []
+        if namespace == remote.namespace and namespace in gateway_namespaces:
+            export_to.append(GATEWAY_NAMESPACE)
+        objects += _client_objects(intent, remote, namespace, several, export_to)
+    return objects
+
+
+def _client_objects(
+    intent: Resource, remote: _RemoteHost, namespace: str, several: bool, export_to: list[str]
+) -> list[dict]:
+    """The remote host's objects in `namespace`, exported to `.` for clients there and / or to the
+    ingress gateway's namespace for user-facing routes; the VirtualService (timeout, retries of
+    calling sidecars) only to clients, since a gateway follows its own."""
     name = intent.metadata.name
     qualifier = remote.namespace if several else None
-    return [
-        _service_entry(intent, object_name(name, "se", qualifier), namespace, remote),
-        _destination_rule(intent, object_name(name, "dr", qualifier), namespace, remote.host, ["."]),
-        *_virtual_services(intent, object_name(name, "vs", qualifier), namespace, remote.host, ["."]),
+    objects = [
+        _service_entry(intent, object_name(name, "se", qualifier), namespace, remote, export_to),
+        _destination_rule(intent, object_name(name, "dr", qualifier), namespace, remote.host, export_to),
     ]
+    if "." in export_to:
+        objects += _virtual_services(intent, object_name(name, "vs", qualifier), namespace, remote.host, ["."])
+    return objects
 
 
-def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteHost) -> dict:
+def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteHost, export_to: list[str]) -> dict:
     spec: ServiceIntentSpec = intent.spec
     port_name = _port_name(spec)
     endpoints = []
@@ -360,7 +492,7 @@ def _service_entry(intent: Resource, name: str, namespace: str, remote: _RemoteH
     entry = {
         "hosts": [remote.host],
         "addresses": [remote.vip],
-        "exportTo": ["."],
+        "exportTo": export_to,
         "location": "MESH_INTERNAL",
         "ports": [{"number": spec.service.port, "name": port_name, "protocol": spec.service.protocol.value}],
         "resolution": "STATIC" if all_ips else "DNS",
@@ -383,38 +515,48 @@ def _sidecars(
             hosts_by_workload.setdefault((namespace, service.name), set()).update(reachable[namespace])
     out = []
     for (namespace, workload), hosts in sorted(hosts_by_workload.items()):
-        spec = {"workloadSelector": {"labels": {"app": workload}}, "egress": [{"hosts": _sidecar_hosts(hosts)}]}
+        spec = {
+            "workloadSelector": {"labels": {"app": workload}},
+            "egress": [{"hosts": sidecar_hosts(namespace, hosts)}],
+        }
         out.append(_object(NETWORKING, "Sidecar", sidecar_name(workload), namespace, owner_labels(intent), spec))
     return out
-
-
-def _sidecar_hosts(hosts: Iterable[str]) -> list[str]:
-    return sorted(set(hosts) | set(SIDECAR_BASE_HOSTS))
 
 
 # --- traffic policy -----------------------------------------------------------------------------
 
 
 def _destination_rule(intent: Resource, name: str, namespace: str, host: str, export_to: list[str]) -> dict:
-    spec = {"host": host, "exportTo": export_to, "trafficPolicy": _traffic_policy(intent.spec)}
+    spec = {"host": host, "exportTo": export_to, "trafficPolicy": _traffic_policy(intent.spec, namespace)}
     return _object(NETWORKING, "DestinationRule", name, namespace, owner_labels(intent), spec)
 
 
-def _traffic_policy(spec: ServiceIntentSpec) -> dict:
+def _traffic_policy(spec: ServiceIntentSpec, namespace: str) -> dict:
     wanted = spec.traffic_policy
-    policy: dict = {"tls": {"mode": "DISABLE" if spec.mtls is MtlsMode.DISABLE else "ISTIO_MUTUAL"}}
-    balancer: dict = {"simple": wanted.load_balancer.value}
-    if wanted.locality_failover:
-        balancer["localityLbSetting"] = {"enabled": True}
-    policy["loadBalancer"] = balancer
+    policy: dict = {"tls": _client_tls(spec, namespace)}
+    if not spec.service.headless:
+        # Callers of a headless Service connect to the pod address they resolved (ORIGINAL_DST).
+        balancer = _balancer(wanted)
+        if wanted.locality_failover:
+            balancer["localityLbSetting"] = {"enabled": True}
+        policy["loadBalancer"] = balancer
     breaker = wanted.circuit_breaker
     pool: dict = {}
     outlier: dict = {}
     if breaker is not None:
         if breaker.max_connections is not None:
             pool["tcp"] = {"maxConnections": breaker.max_connections}
-        if breaker.max_pending_requests is not None and spec.service.protocol.is_http:
-            pool["http"] = {"http1MaxPendingRequests": breaker.max_pending_requests}
+        http = {
+            key: value
+            for key, value in (
+                ("http1MaxPendingRequests", breaker.max_pending_requests),
+                ("http2MaxRequests", breaker.http2_max_requests),
+                ("maxRequestsPerConnection", breaker.max_requests_per_connection),
+            )
+            if value is not None
+        }
+        if http:
+            pool["http"] = http
         if breaker.consecutive_errors is not None:
             outlier["consecutive5xxErrors"] = breaker.consecutive_errors
         if breaker.interval is not None:
@@ -428,6 +570,40 @@ def _traffic_policy(spec: ServiceIntentSpec) -> dict:
     if outlier:
         policy["outlierDetection"] = outlier
     return policy
+
+
+def _client_tls(spec: ServiceIntentSpec, namespace: str) -> dict:
+    """Istio mTLS to a sidecar; to a server without one, plaintext or the TLS it terminates."""
+    if spec.service.sidecar:
+        return {"mode": "DISABLE" if spec.mtls is MtlsMode.DISABLE else "ISTIO_MUTUAL"}
+    wanted = spec.service.tls
+    if wanted is None or wanted.mode is ServerTlsMode.DISABLE:
+        return {"mode": "DISABLE"}
+    tls: dict = {"mode": "SIMPLE"}
+    if wanted.ca_config_map is not None:
+        # istiod hands a ConfigMap of the DestinationRule's own namespace to any sidecar.
+        tls["credentialName"] = f"configmap://{namespace}/{wanted.ca_config_map}"
+    if wanted.sni is not None:
+        tls["sni"] = wanted.sni
+    if wanted.subject_alt_names:
+        tls["subjectAltNames"] = sorted(set(wanted.subject_alt_names))
+    return tls
+
+
+def _balancer(wanted: TrafficPolicy) -> dict:
+    hashing = wanted.consistent_hash
+    if hashing is None:
+        return {"simple": wanted.load_balancer.value}
+    if hashing.http_cookie is not None:
+        cookie: dict = {"name": hashing.http_cookie.name}
+        if hashing.http_cookie.path is not None:
+            cookie["path"] = hashing.http_cookie.path
+        if hashing.http_cookie.ttl is not None:
+            cookie["ttl"] = _istio_duration(hashing.http_cookie.ttl)
+        return {"consistentHash": {"httpCookie": cookie}}
+    if hashing.http_header_name is not None:
+        return {"consistentHash": {"httpHeaderName": hashing.http_header_name}}
+    return {"consistentHash": {"useSourceIp": True}}
 
 
 def _virtual_services(intent: Resource, name: str, namespace: str, host: str, export_to: list[str]) -> list[dict]:

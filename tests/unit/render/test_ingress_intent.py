@@ -90,6 +90,9 @@ def ingress_scenario() -> list[Resource]:
                     {"action": "ALLOW", "sources": {"ipBlocks": ["10.0.0.0/8"]}},
                 ],
                 "placement": {"logicalCloud": "ops"},
+                "authentication": {
+                    "jwt": [{"issuer": "https://idp.example.com", "jwksUri": "https://idp.example.com/keys"}]
+                },
             },
         ),
     ]
@@ -250,6 +253,7 @@ def ingress_specs(draw: st.DrawFn, index: int) -> dict:
         "routes": routes,
         "access": access,
         "placement": placement,
+        "authentication": {"jwt": [{"issuer": "https://idp.example.com", "jwksUri": "https://idp.example.com/keys"}]},
     }
 
 

@@ -36,119 +36,13 @@ from meshplane.server.render.fleet import (
     placement_targets,
 )
 from meshplane.server.render.names import VIP_NETWORK, HostKey, allocate_vips
-from meshplane.server.render.service import merge_sidecars, render_service_intent
+from meshplane.server.render.service import render_service_intent
 from meshplane_testing.istio_schema import validate_istio
+
+from .service_scenario import SCENARIO, fleet_from_docs, objects_of, render_cluster
 
 GOLDEN = Path(__file__).parent / "golden" / "service"
 REGENERATE = os.environ.get("MESHPLANE_REGENERATE_GOLDEN") == "1"
-
-
-SCENARIO = """
-apiVersion: meshplane.io/v1alpha1
-kind: Cluster
-metadata: {name: edge-1, labels: {tier: edge, region: eu-west, zone: eu-west-1a}}
-spec: {eastWestGateway: {address: 203.0.113.11, port: 15443}}
----
-apiVersion: meshplane.io/v1alpha1
-kind: Cluster
-metadata: {name: edge-2, labels: {tier: edge, region: eu-west, zone: eu-west-1b}}
-spec: {eastWestGateway: {address: 203.0.113.12, port: 15443}}
----
-apiVersion: meshplane.io/v1alpha1
-kind: Cluster
-metadata: {name: core-1, labels: {tier: core, region: eu-central, zone: eu-central-1a}}
-spec: {eastWestGateway: {address: ew.core-1.example.net, port: 15443}}
----
-apiVersion: meshplane.io/v1alpha1
-kind: LogicalCloud
-metadata: {name: retail, project: shop}
-spec:
-  clusters: [{name: edge-1, namespace: shop}, {name: edge-2, namespace: shop}]
----
-apiVersion: meshplane.io/v1alpha1
-kind: LogicalCloud
-metadata: {name: ops, project: shop}
-spec:
-  clusters: [{name: core-1, namespace: ops}, {name: edge-1, namespace: ops}]
----
-# The shop's orders service, in the retail cloud: called by the cart next to it and by the audit
-# job of the ops cloud (which runs in core-1, where retail has no replica).
-apiVersion: meshplane.io/v1alpha1
-kind: ServiceIntent
-metadata: {name: orders, project: shop}
-spec:
-  service: {name: orders, app: orders, port: 8080, protocol: HTTP}
-  placement: {logicalCloud: retail}
-  mtls: STRICT
-  trafficPolicy:
-    loadBalancer: LEAST_REQUEST
-    localityFailover: true
-    timeout: 5s
-    retries: {attempts: 2, perTryTimeout: 1500ms}
-    circuitBreaker: {maxConnections: 100, maxPendingRequests: 50, consecutiveErrors: 5, interval: 10s,
-                     baseEjectionTime: 1m}
-  clients:
-  - service: {name: cart, serviceAccount: cart}
-    access:
-    - {action: ALLOW, methods: [GET, POST], paths: ["/orders/*"]}
-    - {action: DENY, paths: ["/orders/admin/*"]}
-  - service: {name: audit, serviceAccount: audit-reader, logicalCloud: ops}
-    access:
-    - action: ALLOW
-      methods: [GET]
-      paths: ["/orders/*"]
-      headers: {X-Audit-Reason: compliance}
-      jwtClaims: {iss: "https://auth.example.com", groups: auditors}
----
-# The same app instantiated a second time, in the ops cloud, for back-office tools over gRPC; a
-# legacy batch system outside the mesh calls it from its network, hence PERMISSIVE.
-apiVersion: meshplane.io/v1alpha1
-kind: ServiceIntent
-metadata: {name: orders-ops, project: shop}
-spec:
-  service: {name: orders, app: orders, port: 9090, protocol: GRPC}
-  placement: {logicalCloud: ops}
-  mtls: PERMISSIVE
-  trafficPolicy: {localityFailover: true, timeout: 2s}
-  clients:
-  - service: {name: reporting}
-    access:
-    - {action: ALLOW, paths: ["/orders.v1.Orders/*"], jwtClaims: {scope: reports}}
-  - service: {name: cart, logicalCloud: retail}
-    access:
-    - {action: ALLOW, paths: ["/orders.v1.Orders/*"]}
-    - {action: DENY, paths: ["/orders.v1.Orders/DeleteOrder"]}
-  - cidrs: ["10.20.0.0/16"]
-    access:
-    - {action: ALLOW, methods: [POST], paths: ["/orders.v1.Orders/GetOrder"]}
-"""
-
-
-# --- building the inputs ------------------------------------------------------------------------
-
-
-def fleet_from_docs(docs: list[dict]) -> Fleet:
-    """A Fleet from the YAML documents a user would apply (Cluster, LogicalCloud, ServiceIntent)."""
-    resources = [REGISTRY.parse(doc) for doc in docs]
-    clusters = {
-        r.metadata.name: ClusterInfo(r.metadata.name, dict(r.metadata.labels), r.spec.east_west_gateway)
-        for r in resources
-        if r.kind == "Cluster"
-    }
-    clouds = {(r.metadata.project, r.metadata.name): r.spec for r in resources if r.kind == "LogicalCloud"}
-    intents = [r for r in resources if r.kind == "ServiceIntent"]
-    return Fleet(clusters=clusters, logical_clouds=clouds, service_intents=intents)
-
-
-def render_cluster(fleet: Fleet, cluster: str) -> list[dict]:
-    """Everything `cluster` receives from every service intent, as the server would assemble it."""
-    rendered = [obj for intent in fleet.service_intents for obj in render_service_intent(intent, fleet, cluster)]
-    by_key: dict[tuple[str, str, str], dict] = {}
-    for obj in merge_sidecars(rendered):
-        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-        assert by_key.get(key, obj) == obj, f"two different objects named {key}"
-        by_key[key] = obj
-    return [by_key[k] for k in sorted(by_key)]
 
 
 def to_yaml(objects: list[dict]) -> str:
@@ -158,14 +52,6 @@ def to_yaml(objects: list[dict]) -> str:
 @pytest.fixture(scope="module")
 def scenario() -> Fleet:
     return fleet_from_docs([d for d in yaml.safe_load_all(SCENARIO) if d])
-
-
-def objects_of(objects: list[dict], kind: str, namespace: str | None = None) -> dict[str, dict]:
-    return {
-        o["metadata"]["name"]: o
-        for o in objects
-        if o["kind"] == kind and (namespace is None or o["metadata"]["namespace"] == namespace)
-    }
 
 
 # --- golden -------------------------------------------------------------------------------------
@@ -224,7 +110,7 @@ def test_server_cluster_gets_allow_and_deny_policies_with_principals_of_every_cl
     assert deny["rules"] == [
         {
             "from": [{"source": {"principals": ["cluster.local/ns/shop/sa/cart"]}}],
-            "to": [{"operation": {"paths": ["/orders.v1.Orders/DeleteOrder"]}}],
+            "to": [{"operation": {"ports": ["9090"], "paths": ["/orders.v1.Orders/DeleteOrder"]}}],
         }
     ]
 
@@ -262,9 +148,8 @@ def test_sidecars_of_one_workload_from_two_intents_merge_into_one(scenario: Flee
         "./*",
         "istio-system/*",
         "ops/orders.ops.svc.cluster.local",
-        "shop/orders.shop.svc.cluster.local",
     ]
-    assert sidecar["metadata"]["annotations"] == {"meshplane.io/intents": "orders,orders-ops"}
+    assert sidecar["metadata"]["annotations"] == {"meshplane.io/intents": "ledger,orders,orders-ops,stock"}
     assert OWNER_NAME not in sidecar["metadata"]["labels"]
 
 
@@ -273,7 +158,7 @@ def test_the_east_west_gateway_is_rendered_only_where_other_clusters_call_in(sce
         cluster: [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in render_cluster(scenario, cluster)]
         for cluster in ("core-1", "edge-1", "edge-2")
     }
-    namespaces = {c: [ns for ns, name in objs if name == "eastwest.meshplane"] for c, objs in gateways.items()}
+    namespaces = {c: [ns for ns, name in objs if name == "meshplane-eastwest"] for c, objs in gateways.items()}
     # retail's orders is called from core-1 (edge-1, edge-2 serve it); ops' orders from edge-2.
     assert namespaces == {
         "core-1": ["ops"],
@@ -297,7 +182,10 @@ def test_non_http_services_get_neither_operations_nor_virtual_services(scenario:
     objects = render_service_intent(REGISTRY.parse(doc), scenario, "edge-1")
     assert not objects_of(objects, "VirtualService")
     assert objects_of(objects, "AuthorizationPolicy")["db-allow"]["spec"]["rules"] == [
-        {"from": [{"source": {"principals": ["cluster.local/ns/shop/sa/orders"]}}]}
+        {
+            "from": [{"source": {"principals": ["cluster.local/ns/shop/sa/orders"]}}],
+            "to": [{"operation": {"ports": ["5432"]}}],
+        }
     ]
 
 
@@ -339,6 +227,15 @@ def test_vips_are_distinct_and_independent_of_key_order() -> None:
 CLUSTERS = ["c0", "c1", "c2", "c3"]
 PROJECTS = ["p0", "p1"]
 SERVICE_NAMES = ["orders", "cart", "audit"]
+
+
+def mtls_modes(clients: list[dict]) -> list[str]:
+    modes = {"STRICT", "PERMISSIVE", "DISABLE"}
+    if any("cidrs" in c for c in clients):
+        modes.discard("STRICT")
+    if any("service" in c for c in clients):
+        modes.discard("DISABLE")
+    return sorted(modes)
 
 
 @st.composite
@@ -386,16 +283,32 @@ def fleets(draw: st.DrawFn) -> Fleet:
             narrowed = draw(st.lists(st.sampled_from(CLUSTERS), max_size=2, unique=True))
             if narrowed:
                 placement["clusters"] = narrowed
+            headless = draw(st.booleans())
+            traffic: dict = {"timeout": "3s"}
+            if not headless:
+                # Callers of a headless Service pick the pod themselves: no balancing to ask for.
+                traffic["localityFailover"] = draw(st.booleans())
+                keys = [None, {"useSourceIp": True}, *([{"httpHeaderName": "x-user"}] if http else [])]
+                if (hashing := draw(st.sampled_from(keys))) is not None:
+                    traffic["consistentHash"] = hashing
             doc = {
                 "apiVersion": "meshplane.io/v1alpha1",
                 "kind": "ServiceIntent",
                 "metadata": {"name": f"i{index}", "project": project},
                 "spec": {
                     # One host per intent and namespace, as write-time validation ensures.
-                    "service": {"name": f"s{index}", "app": "orders", "port": 8080 + index, "protocol": protocol},
+                    "service": {
+                        "name": f"s{index}",
+                        "app": "orders",
+                        "port": 8080 + index,
+                        "protocol": protocol,
+                        "headless": headless,
+                    },
                     "placement": placement,
-                    "mtls": draw(st.sampled_from(["STRICT", "PERMISSIVE", "DISABLE"])),
-                    "trafficPolicy": {"localityFailover": draw(st.booleans()), "timeout": "3s"},
+                    # Callers outside the mesh (cidrs) need a server that accepts plaintext, and mesh
+                    # callers (services) one that takes mTLS, where their principal is.
+                    "mtls": draw(st.sampled_from(mtls_modes(clients))),
+                    "trafficPolicy": traffic,
                     "clients": clients,
                 },
             }
