@@ -2,7 +2,7 @@
 
 Per cluster where the intent applies (`placement_targets`):
 
-- in the intent's namespace, a Gateway per entity (`<intent>-gateway.<entity>`): HTTPS 443 with the
+- in the intent's namespace, a Gateway per entity (`gateway_name`: a DNS label): HTTPS 443 with the
   entity's TLS mode and credential, a TLS 443 server for PASSTHROUGH, HTTP 80 without TLS. The hosts
   are bound as `./<host>`, so only VirtualServices of the intent's namespace can claim them. With
   one entity the Gateway selects the stock ingress gateway (`istio: ingressgateway`); with several,
@@ -51,7 +51,7 @@ from meshplane.server.render.egress import (
     sort_objects,
 )
 from meshplane.server.render.fleet import GROUP_LABEL, Fleet, owner_labels, placement_targets
-from meshplane.server.render.names import object_name, service_host
+from meshplane.server.render.names import dns_label, object_name, service_host
 
 INGRESS_GATEWAY_SELECTOR = {"istio": "ingressgateway"}
 ENTITY_LABEL = f"{GROUP_LABEL}/ingress-entity"
@@ -62,6 +62,14 @@ DNS_API_VERSION = "externaldns.k8s.io/v1alpha1"
 
 def _entities(spec: IngressIntentSpec) -> list[Entity]:
     return sorted({e.name: e for e in spec.entities}.values(), key=lambda e: e.name)
+
+
+def gateway_name(intent: Resource, entity: Entity) -> str:
+    """istiod refuses a Gateway whose name is not a DNS label (and a VirtualService naming one): the
+    intent and entity names, cut to fit, and a hash of the project, intent and entity that keeps two
+    intents' gateways apart in a namespace several projects' intents may share."""
+    key = f"{intent.metadata.project}/{intent.metadata.name}/{entity.name}"
+    return dns_label(f"{intent.metadata.name}-{entity.name}-gateway", key)
 
 
 def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, namespace: str) -> dict:
@@ -87,7 +95,7 @@ def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, 
     return k8s_object(
         NETWORKING,
         "Gateway",
-        object_name(intent.metadata.name, "gateway", entity.name),
+        gateway_name(intent, entity),
         namespace,
         owner_labels(intent),
         {"selector": selector, "servers": [server]},

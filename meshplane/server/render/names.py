@@ -48,6 +48,14 @@ def object_name(intent: str, purpose: str, qualifier: str | None = None) -> str:
     return f"{intent}-{purpose}" if qualifier is None else f"{intent}-{purpose}.{qualifier}"
 
 
+def dns_label(readable: str, key: str) -> str:
+    """A DNS-1123 label (at most 63 characters) for an object whose name Istio requires to be one
+    (a Gateway, a subset): `readable` cut to fit, then a hash of `key`, so distinct keys never meet
+    however long or hyphenated their parts are."""
+    suffix = f"-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    return readable[: 63 - len(suffix)].rstrip("-") + suffix
+
+
 def sidecar_name(workload: str) -> str:
     """The one Sidecar of a client workload: named after the workload, so renders of several
     intents that scope one client merge into one object (Istio honours a single Sidecar per workload)."""

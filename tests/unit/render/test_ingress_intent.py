@@ -8,6 +8,7 @@ are the egress scenario's.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +36,7 @@ from tests.unit.render.scenarios import (
 )
 
 DNS_SERVER_LABEL = "meshplane.io/dns-server"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def ingress_scenario() -> list[Resource]:
@@ -177,6 +179,35 @@ def test_several_entities_get_gateways_of_their_own() -> None:
         (("istio", "ingressgateway"), ("meshplane.io/ingress-entity", "office")),
         (("istio", "ingressgateway"), ("meshplane.io/ingress-entity", "staff")),
     ]
+
+
+def _named(name: str, entities: list[str]) -> Resource:
+    return parse(
+        "IngressIntent",
+        name,
+        {
+            "hosts": [f"{name[:40]}.example.com"],
+            "entities": [{"name": e} for e in entities],
+            "routes": [{"match": {"prefix": "/"}, "to": {"service": "web", "port": 8080}}],
+            "placement": {"logicalCloud": "retail"},
+        },
+    )
+
+
+def test_gateway_names_are_dns_labels_unique_per_intent_and_entity_however_long() -> None:
+    """istiod refuses a Gateway whose name is not a DNS label, and a VirtualService naming one."""
+    long = "storefront-" + "x" * 52
+    intents = [_named(long, [f"{'e' * 62}1", f"{'e' * 62}2"]), _named("a", ["b-c"]), _named("a-b", ["c"])]
+    fleet = scenario_fleet(ingress_intents=intents)
+    names = []
+    for intent in intents:
+        objects = render_ingress_intent(intent, fleet, "edge-1")
+        gateways = [g["metadata"]["name"] for g in by_kind(objects, "Gateway")]
+        (route,) = by_kind(objects, "VirtualService")
+        assert route["spec"]["gateways"] == sorted(f"shop/{g}" for g in gateways)
+        names += gateways
+    assert all(DNS_LABEL.match(n) for n in names), names
+    assert len(names) == len(set(names)) == 4
 
 
 # --- properties over generated fleets -----------------------------------------------------------
