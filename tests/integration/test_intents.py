@@ -117,8 +117,8 @@ def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(serve
     files = ["clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml"]
     with server.http() as http:
         apply(http, *files)
-        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
-        served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-2/resources", params={"output": "yaml"}).text))
+        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-1")))
+        served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-1/resources", params={"output": "yaml"}).text))
 
     offline = subprocess.run(
         [
@@ -128,7 +128,7 @@ def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(serve
             "render",
             *(a for f in files for a in ("-f", str(EXAMPLES / f))),
             "--cluster",
-            "edge-2",
+            "edge-1",
         ],
         capture_output=True,
         text=True,

@@ -18,10 +18,16 @@ Per cluster where the intent applies (`placement_targets`):
   from X-Forwarded-For when the gateway trusts a load balancer in front of it). With no ALLOW rules
   the hosts are open to everyone: an ALLOW policy from another intent on the same gateway would
   otherwise close them;
-- a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled `meshplane.io/dns-server`,
-  with an A / AAAA / CNAME record per host of that server's zones. The target is the cluster's
-  `eastWestGateway.address`, standing in for an ingress address the Cluster kind does not have yet;
-  with no address known there are no records. Named `<intent>-dns.<server>`.
+- in one cluster only (`dns_writer`: the first serving cluster by name whose ingress addresses are
+  known), a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled
+  `meshplane.io/dns-server`, named `<intent>-dns.<server>`: per host of that server's zones one record
+  set whose targets are the ingress addresses (`ClusterSpec.ingressGateway`) of every serving cluster
+  (A / AAAA; a CNAME only when none has an IP). Never the east-west gateway: it passes mesh mTLS
+  through on 15443 and serves no user. One writer, because external-dns will not merge one name's
+  records across owners: each cluster's external-dns runs with its own `--txt-owner-id` and
+  `--policy=sync`. When the writer stops serving the intent (or loses its addresses), the next
+  cluster by name writes: the old writer's external-dns deletes the records it owns, and the new
+  one creates them on its next sync (until then it leaves another owner's records alone).
 
 Request principals and JWT claims are only as good as the RequestAuthentication that validates the
 tokens on the ingress gateway; the intent has no issuer fields yet, so none is rendered here.
@@ -211,16 +217,35 @@ def _in_zone(host: str, zone: str) -> bool:
     return bare == zone or host.endswith(f".{zone}")
 
 
-def _record_type(address: str) -> str:
+def _record_sets(addresses: set[str]) -> list[tuple[str, list[str]]]:
+    """(record type, targets): A and AAAA for the IP addresses; a CNAME only where there is no IP, to
+    the first hostname (DNS allows one CNAME per name and nothing beside it)."""
+    ips = sorted((ipaddress.ip_address(a) for a in addresses if _is_ip(a)), key=lambda ip: (ip.version, ip))
+    if not ips:
+        return [("CNAME", [min(addresses)])] if addresses else []
+    by_type = {"A": [str(ip) for ip in ips if ip.version == 4], "AAAA": [str(ip) for ip in ips if ip.version == 6]}
+    return [(kind, targets) for kind, targets in by_type.items() if targets]
+
+
+def _is_ip(address: str) -> bool:
     try:
-        return "A" if ipaddress.ip_address(address).version == 4 else "AAAA"
+        ipaddress.ip_address(address)
     except ValueError:
-        return "CNAME"
+        return False
+    return True
 
 
-def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, address: str | None, namespace: str) -> list[dict]:
-    if not address:
+def dns_writer(fleet: Fleet, targets: dict[str, str]) -> str | None:
+    """The one cluster that writes an intent's records: the first by name of those serving it whose
+    ingress addresses are known (None when there is none)."""
+    return min((c for c in targets if fleet.clusters[c].ingress_addresses), default=None)
+
+
+def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, fleet: Fleet, targets: dict[str, str]) -> list[dict]:
+    writer = dns_writer(fleet, targets)
+    if writer is None:
         return []
+    addresses = {a for c in targets for a in fleet.clusters[c].ingress_addresses}
     zones: dict[str, set[str]] = defaultdict(set)
     for target in spec.dns:
         zones[target.server].add(target.zone)
@@ -230,14 +255,18 @@ def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, address: str | Non
         if not names:
             continue
         labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}
-        endpoints = [{"dnsName": n, "recordType": _record_type(address), "targets": [address]} for n in names]
+        endpoints = [
+            {"dnsName": n, "recordType": kind, "targets": records}
+            for n in names
+            for kind, records in _record_sets(addresses)
+        ]
         out.append(
             {
                 "apiVersion": DNS_API_VERSION,
                 "kind": "DNSEndpoint",
                 "metadata": {
                     "name": object_name(intent.metadata.name, "dns", server),
-                    "namespace": namespace,
+                    "namespace": targets[writer],
                     "labels": labels,
                 },
                 "spec": {"endpoints": endpoints},
@@ -260,6 +289,6 @@ def render_ingress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     objects.append(_virtual_service(intent, spec, gateways, namespace))
     passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in entities)
     objects += _policies(intent, spec, passthrough)
-    east_west = fleet.clusters[cluster].east_west
-    objects += _dns_endpoints(intent, spec, east_west.address if east_west else None, namespace)
+    if cluster == dns_writer(fleet, targets):
+        objects += _dns_endpoints(intent, spec, fleet, targets)
     return sort_objects(objects)
