@@ -11,13 +11,9 @@ Per cluster where the intent applies (`placement_targets`):
 - a VirtualService (`<intent>-ingress`) binding the hosts to those Gateways: HTTP routes, most
   specific match first, to `<service>.<namespace>.svc.cluster.local` with split weights, and for
   PASSTHROUGH entities a TLS route by SNI to the least specific route's targets;
-- in `istio-system`, where the ingress gateway runs (an AuthorizationPolicy reaches only workloads of
-  its own namespace), an ALLOW and, when there are DENY rules, a DENY AuthorizationPolicy, named
-  `<intent>-ingress-allow|deny.<project>`. Every rule is scoped to the intent's hosts, so one intent's
-  rules never open or close another's; source ranges are `remoteIpBlocks` (the client's address,
-  from X-Forwarded-For when the gateway trusts a load balancer in front of it). With no ALLOW rules
-  the hosts are open to everyone: an ALLOW policy from another intent on the same gateway would
-  otherwise close them;
+- in `istio-system`, where the ingress gateway runs, a DENY AuthorizationPolicy per entity for the
+  access rules (ingress_access.py: why DENY only, and how no rule reaches another intent's hosts or
+  a TLS passthrough chain);
 - in one cluster only (`dns_writer`: the first serving cluster by name whose ingress addresses are
   known), a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled
   `meshplane.io/dns-server`, named `<intent>-dns.<server>`: per host of that server's zones one record
@@ -39,9 +35,7 @@ import ipaddress
 from collections import defaultdict
 
 from meshplane.model.intents import (
-    Action,
     Entity,
-    IngressAccess,
     IngressIntentSpec,
     IngressRoute,
     RouteTarget,
@@ -49,14 +43,13 @@ from meshplane.model.intents import (
 )
 from meshplane.model.resource import Resource
 from meshplane.server.render.egress import (
-    GATEWAY_NAMESPACE,
     NETWORKING,
-    SECURITY,
     gateway_ref,
     k8s_object,
     sort_objects,
 )
 from meshplane.server.render.fleet import GROUP_LABEL, Fleet, owner_labels, placement_targets
+from meshplane.server.render.ingress_access import access_policy
 from meshplane.server.render.names import dns_label, object_name, service_host
 
 INGRESS_GATEWAY_SELECTOR = {"istio": "ingressgateway"}
@@ -78,6 +71,11 @@ def gateway_name(intent: Resource, entity: Entity) -> str:
     return dns_label(f"{intent.metadata.name}-{entity.name}-gateway", key)
 
 
+def _selector(entity: Entity, several: bool) -> dict[str, str]:
+    """The entity's gateway pods: with several entities, pods of its own (see the module's docstring)."""
+    return {**INGRESS_GATEWAY_SELECTOR, ENTITY_LABEL: entity.name} if several else dict(INGRESS_GATEWAY_SELECTOR)
+
+
 def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, namespace: str) -> dict:
     bound = [f"./{h}" for h in hosts]
     tls = entity.tls
@@ -95,16 +93,13 @@ def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, 
             "hosts": bound,
             "tls": {"mode": tls.mode.value, "credentialName": tls.credential_name},
         }
-    selector = dict(INGRESS_GATEWAY_SELECTOR)
-    if several:
-        selector[ENTITY_LABEL] = entity.name
     return k8s_object(
         NETWORKING,
         "Gateway",
         gateway_name(intent, entity),
         namespace,
         owner_labels(intent),
-        {"selector": selector, "servers": [server]},
+        {"selector": _selector(entity, several), "servers": [server]},
     )
 
 
@@ -154,61 +149,6 @@ def _virtual_service(intent: Resource, spec: IngressIntentSpec, gateways: dict[s
         owner_labels(intent),
         body,
     )
-
-
-def _rules(access: list[IngressAccess], hosts: list[str], passthrough: bool) -> list[dict]:
-    """One rule per access entry (entries OR, conditions within one AND), each scoped to the hosts."""
-    rules = []
-    host_match = sorted({*hosts, *(f"{h}:*" for h in hosts)})
-    for entry in access:
-        source: dict = {}
-        if entry.sources.ip_blocks:
-            source["remoteIpBlocks"] = sorted(set(entry.sources.ip_blocks))
-        if entry.sources.request_principals:
-            source["requestPrincipals"] = sorted(set(entry.sources.request_principals))
-        claims = [{"key": f"request.auth.claims[{k}]", "values": [v]} for k, v in sorted(entry.jwt_claims.items())]
-        rule: dict = {}
-        if source:
-            rule["from"] = [{"source": source}]
-        rule["to"] = [{"operation": {"hosts": host_match}}]
-        if claims:
-            rule["when"] = claims
-        rules.append(rule)
-        # TLS passthrough hides requests: only source ranges can be checked, and the SNI scopes them.
-        if passthrough and not entry.sources.request_principals and not claims:
-            tcp_rule: dict = {"when": [{"key": "connection.sni", "values": hosts}]}
-            if source:
-                tcp_rule = {"from": [{"source": source}], **tcp_rule}
-            rules.append(tcp_rule)
-    return rules
-
-
-def _policies(intent: Resource, spec: IngressIntentSpec, passthrough: bool) -> list[dict]:
-    hosts = sorted(set(spec.hosts))
-    allow = [a for a in spec.access if a.action is Action.ALLOW] or [IngressAccess()]
-    deny = [a for a in spec.access if a.action is Action.DENY]
-    out = []
-    for action, entries in ((Action.ALLOW, allow), (Action.DENY, deny)):
-        if not entries:
-            continue
-        rules = _rules(entries, hosts, passthrough)
-        # Order-independent: the same access entries in any order give the same policy.
-        rules = sorted({repr(sorted(r.items())): r for r in rules}.items())
-        out.append(
-            k8s_object(
-                SECURITY,
-                "AuthorizationPolicy",
-                object_name(intent.metadata.name, f"ingress-{action.value.lower()}", intent.metadata.project),
-                GATEWAY_NAMESPACE,
-                owner_labels(intent),
-                {
-                    "selector": {"matchLabels": dict(INGRESS_GATEWAY_SELECTOR)},
-                    "action": action.value,
-                    "rules": [r for _, r in rules],
-                },
-            )
-        )
-    return out
 
 
 def _in_zone(host: str, zone: str) -> bool:
@@ -287,8 +227,8 @@ def render_ingress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     objects = [_gateway(intent, e, hosts, len(entities) > 1, namespace) for e in entities]
     gateways = {gateway_ref(namespace, o["metadata"]["name"]): e for o, e in zip(objects, entities, strict=True)}
     objects.append(_virtual_service(intent, spec, gateways, namespace))
-    passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in entities)
-    objects += _policies(intent, spec, passthrough)
+    policies = (access_policy(intent, spec, e, _selector(e, len(entities) > 1)) for e in entities)
+    objects += [p for p in policies if p is not None]
     if cluster == dns_writer(fleet, targets):
         objects += _dns_endpoints(intent, spec, fleet, targets)
     return sort_objects(objects)

@@ -35,3 +35,33 @@ def test_an_ingress_address_that_is_neither_an_ip_nor_a_hostname_is_refused(addr
 def test_an_ingress_gateway_without_addresses_is_refused() -> None:
     [(path, _)] = _refused(_cluster({"ingressGateway": {"addresses": []}}))
     assert path == "spec.ingressGateway.addresses"
+
+
+def _ingress(**spec: Any) -> dict[str, Any]:
+    base = {
+        "hosts": ["shop.example.com"],
+        "entities": [{"name": "public", "tls": {"mode": "SIMPLE", "credentialName": "shop-cert"}}],
+        "routes": [{"match": {"prefix": "/"}, "to": {"service": "web", "port": 8443}}],
+    }
+    return {"kind": "IngressIntent", "metadata": {"name": "shop", "project": "shop"}, "spec": {**base, **spec}}
+
+
+def test_a_deny_by_principal_or_claim_is_refused_with_a_passthrough_entity() -> None:
+    """Istio drops HTTP-only fields from a DENY on a TCP chain: the rule would deny every connection."""
+    entities = [{"name": "legacy", "tls": {"mode": "PASSTHROUGH"}}]
+    access = [
+        {"action": "DENY", "sources": {"ipBlocks": ["192.0.2.0/24"]}},
+        {"action": "DENY", "sources": {"requestPrincipals": ["https://idp.example.com/banned"]}},
+        {"action": "DENY", "jwtClaims": {"groups": "banned"}},
+        {"action": "ALLOW", "sources": {"requestPrincipals": ["https://idp.example.com/*"]}},
+    ]
+    refused = _refused(_ingress(entities=entities, access=access))
+    assert [path for path, _ in refused] == ["spec.access[1]", "spec.access[2]"]
+    assert "PASSTHROUGH" in refused[0][1]
+    assert REGISTRY.parse(_ingress(access=access))
+
+
+def test_a_bare_wildcard_user_facing_host_is_refused() -> None:
+    [(path, message)] = _refused(_ingress(hosts=["shop.example.com", "*"]))
+    assert path == "spec.hosts[1]" and "every host" in message
+    assert REGISTRY.parse(_ingress(hosts=["*.shop.example.com"]))

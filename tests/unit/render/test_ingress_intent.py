@@ -300,15 +300,18 @@ def ingress_specs(draw: st.DrawFn, index: int) -> dict:
                     ],
                 }
             )
+    passthrough = any(e.get("tls", {}).get("mode") == "PASSTHROUGH" for e in entities)
     access = []
     for _ in range(draw(st.integers(0, 3))):
+        action = draw(st.sampled_from(["ALLOW", "DENY"]))
+        request_fields = not (passthrough and action == "DENY")  # refused: see IngressIntentSpec
         sources: dict = {}
         if draw(st.booleans()):
             sources["ipBlocks"] = [draw(st.sampled_from(["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32"]))]
-        if draw(st.booleans()):
+        if request_fields and draw(st.booleans()):
             sources["requestPrincipals"] = ["https://idp.example.com/*"]
-        claims = {"groups": "ops"} if draw(st.booleans()) else {}
-        access.append({"action": draw(st.sampled_from(["ALLOW", "DENY"])), "sources": sources, "jwtClaims": claims})
+        claims = {"groups": "ops"} if request_fields and draw(st.booleans()) else {}
+        access.append({"action": action, "sources": sources, "jwtClaims": claims})
     placement = draw(
         st.sampled_from(
             [{"logicalCloud": "retail"}, {"logicalCloud": "ops"}, {"logicalCloud": "ops", "clusters": ["edge-1"]}]
