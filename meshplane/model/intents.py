@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from enum import StrEnum
 from typing import Annotated
 
@@ -246,9 +247,32 @@ class TlsMode(StrEnum):
     PASSTHROUGH = "PASSTHROUGH"
 
 
+CREDENTIAL_NAMESPACE = "istio-system"
+"""Where the ingress gateway runs, and so where its TLS Secrets must be: istiod serves a gateway only
+Secrets of the gateway's own namespace."""
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _check_credential_name(value: str | None) -> str | None:
+    if value is not None and (len(value) > 253 or not _SECRET_NAME.match(value)):
+        raise ValueError(
+            f"{value!r} is not a Secret name: give the bare name of a Secret in {CREDENTIAL_NAMESPACE}, "
+            "the ingress gateway's namespace, in every cluster of the intent (istiod reads no other namespace)"
+        )
+    return value
+
+
 class EntityTls(WireModel):
     mode: TlsMode = TlsMode.SIMPLE
-    credential_name: str | None = None
+    credential_name: Annotated[str | None, AfterValidator(_check_credential_name)] = Field(
+        default=None,
+        description=(
+            f"The name of a kubernetes.io/tls Secret in {CREDENTIAL_NAMESPACE}, where the ingress gateway runs, "
+            "in every cluster the intent applies to - not the intent's namespace: istiod serves a gateway only "
+            "Secrets of its own namespace. For MUTUAL, the client CA is the Secret's ca.crt or a Secret "
+            "'<name>-cacert' beside it."
+        ),
+    )
 
     @model_validator(mode="after")
     def _credential(self) -> EntityTls:

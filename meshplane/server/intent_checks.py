@@ -6,10 +6,11 @@ field path; a host or service port another intent already claims is 409.
 
 from __future__ import annotations
 
-from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec
+from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec, ServiceProtocol, TlsMode
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.model.stored import StoredObject
 from meshplane.server.problems import Problem
+from meshplane.server.render.ingress import passthrough_route
 from meshplane.store.store import Store
 
 
@@ -30,7 +31,8 @@ async def check_intent(store: Store, resource: Resource) -> int | None:
             if cloud and cloud not in clouds:
                 errors.append(_unknown_cloud(f"spec.clients[{index}].service.logicalCloud", cloud))
     if isinstance(spec, IngressIntentSpec):
-        services = {o.spec["service"]["name"] for o in (await store.list("ServiceIntent", project))[0]}
+        served = [(o.name, o.spec["service"]) for o in (await store.list("ServiceIntent", project))[0]]
+        services = {service["name"] for _, service in served}
         for index, route in enumerate(spec.routes):
             for target in route.targets:
                 if target.service not in services:
@@ -40,6 +42,7 @@ async def check_intent(store: Store, resource: Resource) -> int | None:
                             message=f"no ServiceIntent in project {project!r} serves {target.service!r}",
                         )
                     )
+        errors += _passthrough_to_http(spec, served)
     if errors:
         raise InvalidObject(errors)
     return await _check_claims(store, resource)
@@ -68,6 +71,31 @@ def _stored_claim(other: StoredObject) -> tuple[str | None, str, int]:
         other.spec["service"]["name"],
         other.spec["service"]["port"],
     )
+
+
+def _passthrough_to_http(spec: IngressIntentSpec, served: list[tuple[str, dict]]) -> list[FieldError]:
+    """A PASSTHROUGH entity hands the client's TLS as it is to its route's targets: a port a ServiceIntent
+    declares HTTP would meet TLS bytes where its sidecar expects HTTP."""
+    if not any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in spec.entities):
+        return []
+    route = passthrough_route(spec)
+    index = spec.routes.index(route)
+    declared = {(s["name"], s["port"]): (name, ServiceProtocol(s.get("protocol", "HTTP"))) for name, s in served}
+    errors = []
+    for target in route.targets:
+        owner, protocol = declared.get((target.service, target.port), ("", ServiceProtocol.TCP))
+        if protocol.is_http:
+            errors.append(
+                FieldError(
+                    path=f"spec.routes[{index}]",
+                    message=(
+                        f"TLS passthrough sends the client's TLS to {target.service} port {target.port}, which "
+                        f"ServiceIntent {owner} declares {protocol.value}: declare the port TLS or TCP, or "
+                        "terminate TLS at the gateway (SIMPLE or MUTUAL)"
+                    ),
+                )
+            )
+    return errors
 
 
 def _unknown_cloud(path: str, name: str) -> FieldError:

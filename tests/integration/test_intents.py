@@ -54,6 +54,19 @@ def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(s
         assert unserved.json()["errors"][0]["path"] == "spec.routes[0]"
 
 
+def test_tls_passthrough_to_a_service_port_declared_http_is_refused(server: ServerProcess) -> None:
+    """The gateway would hand the client's TLS bytes to a sidecar that expects HTTP on that port."""
+    with server.http() as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml")
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["spec"]["entities"] = [{"name": "public", "tls": {"mode": "PASSTHROUGH"}}]
+        refused = http.put(object_path(ingress), json=ingress)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["errors"]
+        assert error["path"] == "spec.routes[0]" and "HTTP" in error["message"]
+        assert http.get(object_path(ingress)).status_code == 404
+
+
 def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
     with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")

@@ -7,7 +7,16 @@ Per cluster where the intent applies (`placement_targets`):
   are bound as `./<host>`, so only VirtualServices of the intent's namespace can claim them. With
   one entity the Gateway selects the stock ingress gateway (`istio: ingressgateway`); with several,
   each selects its own gateway pods (`meshplane.io/ingress-entity: <entity>` as well), since
-  servers for one host and port with different TLS settings cannot share gateway pods;
+  servers for one host and port with different TLS settings cannot share gateway pods.
+  `port.number` is the gateway Service's port: istiod binds its targetPort (8443 / 8080 on istioctl's
+  istio-ingressgateway, 443 / 80 in the gateway Helm chart, which lowers the unprivileged port
+  range), translating through the Services that select the gateway pods (`resolvePorts`,
+  pilot/pkg/model/gateway.go); pods no Service selects get the number as it is, which a gateway
+  marked unprivileged skips below 1024, so each entity's own pods need a Service like the stock one.
+  The access policies match no port, so they hold whichever target port a cluster uses.
+  `credentialName` is a Secret of `istio-system` (the gateway's namespace), whatever namespace the
+  Gateway object is in: istiod serves a gateway no other namespace's Secrets. Nothing here names a
+  Secret of the intent's namespace;
 - a VirtualService (`<intent>-ingress`) binding the hosts to those Gateways: HTTP routes, most
   specific match first, to `<service>.<namespace>.svc.cluster.local` with split weights, and for
   PASSTHROUGH entities a TLS route by SNI to the least specific route's targets;
@@ -110,6 +119,12 @@ def _specificity(route: IngressRoute) -> tuple:
     return (match.exact is None, -len(path), path, [(t.service, t.port, t.weight) for t in route.targets])
 
 
+def passthrough_route(spec: IngressIntentSpec) -> IngressRoute:
+    """The route a PASSTHROUGH entity's connections take: SNI is all the gateway sees, so the catch-all
+    (least specific) route decides, and its targets receive the client's TLS as it is."""
+    return sorted(spec.routes, key=_specificity)[-1]
+
+
 def _destinations(targets: list[RouteTarget], namespace: str, weighted: bool) -> list[dict]:
     out = []
     for target in targets:
@@ -133,8 +148,7 @@ def _virtual_service(intent: Resource, spec: IngressIntentSpec, gateways: dict[s
     body: dict = {"hosts": hosts, "gateways": sorted(gateways), "http": http}
     passthrough = sorted(n for n, e in gateways.items() if e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH)
     if passthrough:
-        # SNI is all a passthrough gateway sees: the catch-all route (the least specific) decides.
-        fallback = routes[-1]
+        fallback = passthrough_route(spec)
         body["tls"] = [
             {
                 "match": [{"gateways": passthrough, "port": 443, "sniHosts": hosts}],

@@ -65,3 +65,18 @@ def test_a_bare_wildcard_user_facing_host_is_refused() -> None:
     [(path, message)] = _refused(_ingress(hosts=["shop.example.com", "*"]))
     assert path == "spec.hosts[1]" and "every host" in message
     assert REGISTRY.parse(_ingress(hosts=["*.shop.example.com"]))
+
+
+@pytest.mark.parametrize("credential", ["shop/shop-cert", "kubernetes://shop-cert", "Shop_Cert"])
+def test_a_credential_name_is_a_bare_secret_name_in_the_gateways_namespace(credential: str) -> None:
+    """istiod serves a gateway only Secrets of the gateway's own namespace (istio-system), by bare name."""
+    entities = [{"name": "public", "tls": {"mode": "SIMPLE", "credentialName": credential}}]
+    [(path, message)] = _refused(_ingress(entities=entities))
+    assert path == "spec.entities[0].tls.credentialName" and "istio-system" in message
+
+
+def test_the_credential_name_says_where_the_secret_lives_in_the_schema() -> None:
+    from meshplane.model.intents import EntityTls
+
+    description = EntityTls.model_json_schema(by_alias=True)["properties"]["credentialName"]["description"]
+    assert "istio-system" in description and "not the intent's namespace" in description
