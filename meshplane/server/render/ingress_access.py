@@ -10,14 +10,15 @@ Two facts of Istio's enforcement (`pilot/pkg/security/authz`) shape them:
   request principals, JWT claims) and the rule widens: a DENY by principal becomes deny-all. So
   every rule also carries a condition a TCP chain can check and that holds on no passthrough chain
   but the intent's own: `connection.sni` in the intent's hosts where the gateway terminates TLS (a
-  passthrough chain for one of them would be the same host twice on one port), no SNI at all for
-  plain HTTP. A passthrough entity sees no request: its rules check source ranges only, validation
-  refuses a DENY by principal or claims with it, and ALLOW entries by them admit nobody through it.
+  passthrough chain for one of them would be the same host twice on one port), no SNI at all (and
+  no TLS port) for plain HTTP. A passthrough entity sees no request: its rules check source ranges
+  only, validation refuses a DENY by principal or claims with it, and ALLOW entries by them admit
+  nobody through it.
 
 One policy per entity, in `istio-system` where the gateway runs (an AuthorizationPolicy reaches only
 workloads of its own namespace), named `<intent>-ingress.<entity>.<project>`, selecting the gateway
-pods of that entity. Source ranges are `remoteIpBlocks`: the client's address, from X-Forwarded-For
-when the gateway trusts a load balancer in front of it.
+pods of that entity. Source ranges are `remote.ip`: the client's address, from X-Forwarded-For when
+the gateway trusts a load balancer in front of it.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from meshplane.server.render.egress import GATEWAY_NAMESPACE, SECURITY, k8s_obje
 from meshplane.server.render.fleet import owner_labels
 from meshplane.server.render.names import object_name
 
-Condition = tuple[str, str, str]
-"""(field, key, value): ("ip", "", cidr), ("principal", "", principal) or ("claim", name, value)."""
-_SOURCE = {"ip": "remoteIpBlocks", "principal": "requestPrincipals"}
-_NEGATED = {"ip": "notRemoteIpBlocks", "principal": "notRequestPrincipals"}
+Condition = tuple[str, str]
+"""(attribute, value) of a `when` condition: `remote.ip`, `request.auth.principal` or a JWT claim."""
+TLS_PORTS = ["443", "8443"]
+"""The gateway's TLS ports, as Service port and as target port (the policy matches the latter, which is
+8443 on istioctl's ingress gateway and 443 in the Helm chart)."""
 
 
 def _conditions(entry: IngressAccess, passthrough: bool) -> list[list[Condition]] | None:
@@ -45,50 +47,45 @@ def _conditions(entry: IngressAccess, passthrough: bool) -> list[list[Condition]
         return None
     out: list[list[Condition]] = []
     if entry.sources.ip_blocks:
-        out.append([("ip", "", b) for b in sorted(set(entry.sources.ip_blocks))])
+        out.append([("remote.ip", b) for b in sorted(set(entry.sources.ip_blocks))])
     if entry.sources.request_principals:
-        out.append([("principal", "", p) for p in sorted(set(entry.sources.request_principals))])
-    out += [[("claim", name, value)] for name, value in sorted(entry.jwt_claims.items())]
+        out.append([("request.auth.principal", p) for p in sorted(set(entry.sources.request_principals))])
+    out += [[(f"request.auth.claims[{name}]", value)] for name, value in sorted(entry.jwt_claims.items())]
     return out
 
 
 def _rule(scope: dict, positive: list[list[Condition]], negative: list[list[Condition]]) -> dict:
-    """A rule matching the scope, each of `positive` (one of its alternatives) and none of `negative`."""
-    source: dict[str, set[str]] = defaultdict(set)
-    claims: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for alternatives, negated in [(c, False) for c in positive] + [(c, True) for c in negative]:
-        for field, key, value in alternatives:
-            if field == "claim":
-                claims[(key, "notValues" if negated else "values")].add(value)
-            else:
-                source[(_NEGATED if negated else _SOURCE)[field]].add(value)
-    rule: dict = {}
-    if source:
-        rule["from"] = [{"source": {k: sorted(v) for k, v in sorted(source.items())}}]
-    rule.update(scope)
-    when = [
-        {"key": f"request.auth.claims[{name}]", which: sorted(values)}
-        for (name, which), values in sorted(claims.items())
-    ]
-    rule["when"] = scope["when"] + when
+    """A rule matching the scope, each of `positive` (one of its alternatives) and none of `negative`.
+
+    Every condition is a `when`: istiod's validation warns of a DENY whose `from` or `to` holds only
+    HTTP attributes (it cannot see that the SNI condition keeps the rule off TCP chains)."""
+    when: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for alternatives, which in [(c, "values") for c in positive] + [(c, "notValues") for c in negative]:
+        for attribute, value in alternatives:
+            when[(attribute, which)].add(value)
+    rule = {k: v for k, v in scope.items() if k != "when"}
+    rule["when"] = scope["when"] + [{"key": key, which: sorted(v)} for (key, which), v in sorted(when.items())]
     return rule
 
 
 def _scope(hosts: list[str], entity: Entity) -> dict:
-    """What every rule of the entity holds: its hosts, with a condition TCP chains keep (see above)."""
-    if entity.tls is None:
-        sni: dict = {"key": "connection.sni", "notValues": ["*"]}
-    else:
-        sni = {"key": "connection.sni", "values": hosts}
-    if entity.tls is not None and entity.tls.mode is TlsMode.PASSTHROUGH:
-        return {"when": [sni]}
-    return {"to": [{"operation": {"hosts": sorted({*hosts, *(f"{h}:*" for h in hosts)})}}], "when": [sni]}
+    """What every rule of the entity holds, with a condition TCP chains keep (see above).
+
+    Where the gateway terminates TLS, the SNI alone scopes: that server's routes hold only the intent's
+    hosts. Plain HTTP shares one route table with every intent's plain hosts, so the Host counts (case
+    aside, as Istio's host matching does); `notPorts` keeps the rule off TLS ports as well."""
+    if entity.tls is not None:
+        return {"when": [{"key": "connection.sni", "values": hosts}]}
+    host_match = sorted({*hosts, *(f"{h}:*" for h in hosts)})
+    return {
+        "to": [{"operation": {"hosts": host_match, "notPorts": TLS_PORTS}}],
+        "when": [{"key": "connection.sni", "notValues": ["*"]}],
+    }
 
 
 def _deny_rules(spec: IngressIntentSpec, entity: Entity) -> list[dict]:
-    hosts = sorted(set(spec.hosts))
     passthrough = entity.tls is not None and entity.tls.mode is TlsMode.PASSTHROUGH
-    scope = _scope(hosts, entity)
+    scope = _scope(sorted(set(spec.hosts)), entity)
     rules = []
     for entry in spec.access:
         if entry.action is Action.DENY:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 HTTP_ONLY_SOURCE = {"requestPrincipals", "notRequestPrincipals"}
 HTTP_ONLY_OPERATION = {"hosts", "notHosts"}
+"""`ports` and `notPorts` are the TCP-visible operation fields."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Connection:
     principal: str | None = None
     """`<iss>/<sub>` of a validated JWT."""
     claims: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    """The gateway's target port the connection arrived on (0: any the rules do not name)."""
 
 
 def _string_match(pattern: str, value: str, ignore_case: bool = False) -> bool:
@@ -89,26 +92,42 @@ def _operation(operation: dict, conn: Connection, deny: bool) -> bool | None:
             result &= _any(values, conn.host, ignore_case=True)
         elif key == "notHosts":
             result &= not _any(values, conn.host, ignore_case=True)
+        elif key == "ports":
+            result &= str(conn.port) in values
+        elif key == "notPorts":
+            result &= str(conn.port) not in values
         else:
             raise NotImplementedError(f"operation field {key}")
     return result
 
 
+def _claim(key: str) -> str | None:
+    inner = key.removeprefix("request.auth.claims[")
+    return inner.removesuffix("]") if inner != key and inner.endswith("]") else None
+
+
+def _attribute(key: str, values: list[str], conn: Connection) -> bool:
+    if key == "remote.ip":
+        return _in_blocks(values, conn.remote_ip)
+    if key == "connection.sni":
+        return _any(values, conn.sni)
+    if key == "request.auth.principal":
+        return _any(values, conn.principal)
+    claim = _claim(key)
+    if claim is None:
+        raise NotImplementedError(f"condition key {key}")
+    return _any(values, conn.claims.get(claim))
+
+
 def _condition(condition: dict, conn: Connection, deny: bool) -> bool | None:
     key = condition["key"]
-    if key == "connection.sni":
-        value: str | None = conn.sni
-    elif key.startswith("request.auth.claims[") and key.endswith("]"):
-        if not conn.http:
-            return True if deny else None
-        value = conn.claims.get(key.removeprefix("request.auth.claims[").removesuffix("]"))
-    else:
-        raise NotImplementedError(f"condition key {key}")
+    if not conn.http and (key == "request.auth.principal" or _claim(key) is not None):
+        return True if deny else None
     result = True
     if "values" in condition:
-        result &= _any(condition["values"], value)
+        result &= _attribute(key, condition["values"], conn)
     if "notValues" in condition:
-        result &= not _any(condition["notValues"], value)
+        result &= not _attribute(key, condition["notValues"], conn)
     return result
 
 

@@ -44,15 +44,15 @@ def _rendered(*intents: Resource) -> list[dict]:
 
 
 def https(host: str, ip: str, **request: object) -> Connection:
-    return Connection(remote_ip=ip, sni=host, host=host, **request)  # type: ignore[arg-type]
+    return Connection(remote_ip=ip, sni=host, host=host, port=8443, **request)  # type: ignore[arg-type]
 
 
 def plain(host: str, ip: str, **request: object) -> Connection:
-    return Connection(remote_ip=ip, host=host, **request)  # type: ignore[arg-type]
+    return Connection(remote_ip=ip, host=host, port=8080, **request)  # type: ignore[arg-type]
 
 
 def passthrough(host: str, ip: str) -> Connection:
-    return Connection(remote_ip=ip, sni=host, http=False)
+    return Connection(remote_ip=ip, sni=host, http=False, port=8443)
 
 
 def _allow_office() -> Resource:
