@@ -346,20 +346,26 @@ class IngressIntentSpec(WireModel):
 
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message)."""
-        problems = [
-            (f"hosts[{index}]", "'*' would claim every host of the shared ingress gateway: name the hosts")
-            for index, host in enumerate(self.hosts)
-            if host == "*"
+        return gateway_problems(self)
+
+
+def gateway_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
+    """What the shared ingress gateway cannot carry: a bare '*' host, and DENY rules on requests beside a
+    PASSTHROUGH entity (which sees no request)."""
+    problems = [
+        (f"hosts[{index}]", "'*' would claim every host of the shared ingress gateway: name the hosts")
+        for index, host in enumerate(spec.hosts)
+        if host == "*"
+    ]
+    if any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in spec.entities):
+        problems += [
+            (
+                f"access[{index}]",
+                "a DENY by requestPrincipals or jwtClaims cannot hold on a PASSTHROUGH entity: the gateway never "
+                "sees its requests (Istio would deny every connection); serve those hosts from an IngressIntent "
+                "of their own",
+            )
+            for index, entry in enumerate(spec.access)
+            if entry.action is Action.DENY and (entry.sources.request_principals or entry.jwt_claims)
         ]
-        if any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in self.entities):
-            problems += [
-                (
-                    f"access[{index}]",
-                    "a DENY by requestPrincipals or jwtClaims cannot hold on a PASSTHROUGH entity: the gateway "
-                    "never sees its requests (Istio would deny every connection); serve those hosts from an "
-                    "IngressIntent of their own",
-                )
-                for index, entry in enumerate(self.access)
-                if entry.action is Action.DENY and (entry.sources.request_principals or entry.jwt_claims)
-            ]
-        return problems
+    return problems

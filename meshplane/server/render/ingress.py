@@ -59,7 +59,7 @@ from meshplane.server.render.egress import (
 )
 from meshplane.server.render.fleet import GROUP_LABEL, Fleet, owner_labels, placement_targets
 from meshplane.server.render.ingress_access import access_policy
-from meshplane.server.render.names import dns_label, object_name, service_host
+from meshplane.server.render.names import object_name, service_host, shared_object_name
 
 INGRESS_GATEWAY_SELECTOR = {"istio": "ingressgateway"}
 ENTITY_LABEL = f"{GROUP_LABEL}/ingress-entity"
@@ -73,11 +73,9 @@ def _entities(spec: IngressIntentSpec) -> list[Entity]:
 
 
 def gateway_name(intent: Resource, entity: Entity) -> str:
-    """istiod refuses a Gateway whose name is not a DNS label (and a VirtualService naming one): the
-    intent and entity names, cut to fit, and a hash of the project, intent and entity that keeps two
-    intents' gateways apart in a namespace several projects' intents may share."""
-    key = f"{intent.metadata.project}/{intent.metadata.name}/{entity.name}"
-    return dns_label(f"{intent.metadata.name}-{entity.name}-gateway", key)
+    """istiod refuses a Gateway whose name is not a DNS label (and a VirtualService naming one). The
+    intent's namespace may be shared by several projects' intents, so the name is `shared_object_name`'s."""
+    return shared_object_name(intent.metadata.project or "", intent.metadata.name, f"{entity.name}-gateway")
 
 
 def _selector(entity: Entity, several: bool) -> dict[str, str]:

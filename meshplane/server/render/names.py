@@ -48,12 +48,16 @@ def object_name(intent: str, purpose: str, qualifier: str | None = None) -> str:
     return f"{intent}-{purpose}" if qualifier is None else f"{intent}-{purpose}.{qualifier}"
 
 
-def dns_label(readable: str, key: str) -> str:
-    """A DNS-1123 label (at most 63 characters) for an object whose name Istio requires to be one
-    (a Gateway, a subset): `readable` cut to fit, then a hash of `key`, so distinct keys never meet
-    however long or hyphenated their parts are."""
-    suffix = f"-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
-    return readable[: 63 - len(suffix)].rstrip("-") + suffix
+def shared_object_name(project: str, intent: str, purpose: str) -> str:
+    """A name in a namespace every project shares (istio-system): `<intent>-<purpose>-<project>-<digest>`.
+
+    A DNS label, since istiod refuses a Gateway whose name is not one, and a VirtualService naming
+    such a Gateway. Cut to 63 characters; the digest of all three parts keeps two projects' names
+    apart however their parts join or get cut.
+    """
+    digest = hashlib.sha256("\x1f".join((project, intent, purpose)).encode()).hexdigest()[:10]
+    readable = f"{intent}-{purpose}-{project}"[: 63 - len(digest) - 1].rstrip("-")
+    return f"{readable}-{digest}"
 
 
 def sidecar_name(workload: str) -> str:
