@@ -67,6 +67,32 @@ def test_tls_passthrough_to_a_service_port_declared_http_is_refused(server: Serv
         assert http.get(object_path(ingress)).status_code == 404
 
 
+def test_a_port_an_ingress_passes_tls_to_cannot_become_http(server: ServerProcess) -> None:
+    with server.http() as http:
+        apply(http, "clusters.yaml")
+        vault = {
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "ServiceIntent",
+            "metadata": {"name": "vault", "project": "shop"},
+            "spec": {
+                "service": {"name": "vault", "port": 8443, "protocol": "TLS"},
+                "placement": {"logicalCloud": "retail"},
+            },
+        }
+        assert http.put(object_path(vault), json=vault).status_code == 201
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["spec"]["entities"] = [{"name": "public", "tls": {"mode": "PASSTHROUGH"}}]
+        ingress["spec"]["routes"] = [{"match": {"prefix": "/"}, "to": {"service": "vault", "port": 8443}}]
+        assert http.put(object_path(ingress), json=ingress).status_code == 201
+
+        vault["spec"]["service"]["protocol"] = "HTTP"
+        refused = http.put(object_path(vault), json=vault)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["errors"]
+        assert error["path"] == "spec.service.protocol" and "IngressIntent storefront" in error["message"]
+        assert http.get(object_path(vault)).json()["spec"]["service"]["protocol"] == "TLS"
+
+
 def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
     with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")
