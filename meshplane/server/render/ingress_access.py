@@ -72,8 +72,8 @@ def _scope(hosts: list[str], entity: Entity) -> dict:
     """What every rule of the entity holds, with a condition TCP chains keep (see above).
 
     Where the gateway terminates TLS, the SNI alone scopes: that server's routes hold only the intent's
-    hosts. Plain HTTP shares one route table with every intent's plain hosts, so the Host counts (case
-    aside, as Istio's host matching does); `notPorts` keeps the rule off TLS ports as well."""
+    hosts. Plain HTTP shares one route table with every intent's plain hosts, so the Host header counts
+    (in any letter case: Istio's host matching ignores it); `notPorts` keeps the rule off TLS ports too."""
     if entity.tls is not None:
         return {"when": [{"key": "connection.sni", "values": hosts}]}
     host_match = sorted({*hosts, *(f"{h}:*" for h in hosts)})
