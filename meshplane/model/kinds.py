@@ -93,6 +93,7 @@ class IngressGateway(WireModel):
 
     The public addresses of the ingress gateway's Service (its load balancer's IPs or hostname), never the
     east-west gateway's: that one passes mesh mTLS through on 15443 and has no user-facing listener.
+    Declared with the cluster: the agent does not read them from the Service's status.loadBalancer.
     """
 
     addresses: list[IngressAddress] = Field(min_length=1)
