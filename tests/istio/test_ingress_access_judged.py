@@ -2,8 +2,9 @@
 
 The same shared-gateway cases as tests/unit/render/test_ingress_access.py, judged by
 meshplane_testing.istio_judge instead of the Python oracle: one intent's DENY by request principal
-or claim beside another intent's TLS passthrough host; an intent allowing a source range beside a
-host no meshplane intent names (an administrator's own Gateway, HTTPS and plain HTTP).
+or claim beside another intent's TLS passthrough host; intents allowing a source range (over HTTPS,
+and over plain HTTP whatever the letter case of the Host) beside a host no meshplane intent names
+(an administrator's own Gateway, HTTPS and plain HTTP).
 """
 
 from __future__ import annotations
@@ -71,12 +72,12 @@ def _call(name: str, host: str, ip: str = OUTSIDE, **how: object) -> object:
 
 
 def _verdict(entity: dict) -> object:
+    office_only = [{"action": "ALLOW", "sources": {"ipBlocks": ["10.0.0.0/8"]}}]
     intents = [
+        _intent("lan", "lan.example.com", [PLAIN], office_only),
         _intent("shop", "shop.example.com", [entity], TOKEN_RULES),
         _intent("legacy", "tls.example.com", [{"name": "legacy", "tls": {"mode": "PASSTHROUGH"}}], []),
-        _intent(
-            "office", "office.example.com", [SIMPLE], [{"action": "ALLOW", "sources": {"ipBlocks": ["10.0.0.0/8"]}}]
-        ),
+        _intent("office", "office.example.com", [SIMPLE], office_only),
     ]
     fleet = scenario_fleet(ingress_intents=intents)
     rendered = [o for intent in intents for o in render_ingress_intent(intent, fleet, "edge-1")]
@@ -87,6 +88,9 @@ def _verdict(entity: dict) -> object:
         _call("unnamed http", "other.example.com", port=80, tls="", sni=""),
         _call("office from outside", "office.example.com"),
         _call("office from 10/8", "office.example.com", ip="10.1.2.3"),
+        _call("lan from outside", "lan.example.com", port=80, tls="", sni=""),
+        _call("lan from outside, host in other letters", "LAN.Example.com:80", port=80, tls="", sni=""),
+        _call("lan from 10/8", "lan.example.com", ip="10.1.2.3", port=80, tls="", sni=""),
     ]
     return judging.judge([*judging.stock_gateways(), *workloads, *rendered, *_unnamed_host()], calls)
 
@@ -95,7 +99,12 @@ def _verdict(entity: dict) -> object:
 def test_token_rules_of_one_intent_reach_neither_a_passthrough_host_nor_an_unnamed_one(entity: dict) -> None:
     verdict = _verdict(entity)
     assert [f for f in verdict.validation if f.errors or f.warnings] == []
-    for name in ("passthrough", "unnamed https", "unnamed http", "office from 10/8"):
+    for name in ("passthrough", "unnamed https", "unnamed http", "office from 10/8", "lan from 10/8"):
         assert verdict.result(name).allowed, verdict.result(name).raw
-    denied = verdict.result("office from outside")
-    assert denied.decision == "deny" and "office-ingress.public.shop" in denied.denied_by
+    for name, policy in (
+        ("office from outside", "office-ingress.public.shop"),
+        ("lan from outside", "lan-ingress.office.shop"),
+        ("lan from outside, host in other letters", "lan-ingress.office.shop"),
+    ):
+        denied = verdict.result(name)
+        assert denied.decision == "deny" and policy in denied.denied_by, denied.raw
