@@ -6,6 +6,8 @@ field path; a host or service port another intent already claims is 409.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from meshplane.model.intents import (
     EgressIntentSpec,
     IngressIntentSpec,
@@ -117,7 +119,11 @@ def _http_behind_passthrough(spec: ServiceIntentSpec, ingresses: list[StoredObje
     """The same rule from the other side: a port declared HTTP that an IngressIntent passes TLS to."""
     errors = []
     for other in ingresses:
-        _, targets = _tls_passed_to(IngressIntentSpec.model_validate(other.spec))
+        try:
+            ingress = IngressIntentSpec.model_validate(other.spec)
+        except ValidationError:
+            continue  # it no longer validates, so it is not rendered either (manifests.py)
+        _, targets = _tls_passed_to(ingress)
         if any((t.service, t.port) == (spec.service.name, spec.service.port) for t in targets):
             target = (spec.service.name, spec.service.port)
             message = _tls_into_http(f"IngressIntent {other.name}", target, "this ServiceIntent", spec.service.protocol)
