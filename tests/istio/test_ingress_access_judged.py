@@ -13,6 +13,7 @@ import pytest
 
 from meshplane.model.resource import Resource
 from meshplane.server.render.ingress import render_ingress_intent
+from meshplane.server.render.names import shared_object_name
 from tests.unit.render.scenarios import parse, scenario_fleet
 
 judging = pytest.importorskip("meshplane_testing.istio_judge", reason="the istiod judge is not in this tree")
@@ -108,3 +109,13 @@ def test_token_rules_of_one_intent_reach_neither_a_passthrough_host_nor_an_unnam
     ):
         denied = verdict.result(name)
         assert denied.decision == "deny" and policy in denied.denied_by, denied.raw
+
+
+def test_https_entities_bind_the_gateway_services_target_port_with_routes_of_their_own() -> None:
+    """Gateway port 443 is the Service port: istiod listens on its targetPort (8443 on the stock gateway),
+    and gives each HTTPS server a route table of its own, which is why the SNI alone scopes its rules."""
+    verdict = _verdict(SIMPLE)
+    https, plain = verdict.result("office from 10/8"), verdict.result("lan from 10/8")
+    assert (https.listener, plain.listener) == ("0.0.0.0_8443", "0.0.0.0_8080")
+    assert https.route_config == f"https.443.https.{shared_object_name('shop', 'office', 'public-gateway')}.shop"
+    assert plain.route_config == "http.8080"
