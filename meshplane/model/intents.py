@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated
@@ -561,9 +562,32 @@ class TlsMode(StrEnum):
     PASSTHROUGH = "PASSTHROUGH"
 
 
+CREDENTIAL_NAMESPACE = "istio-system"
+"""Where the ingress gateway runs, and so where its TLS Secrets must be: istiod serves a gateway only
+Secrets of the gateway's own namespace."""
+_SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _check_credential_name(value: str | None) -> str | None:
+    if value is not None and (len(value) > 253 or not _SECRET_NAME.match(value)):
+        raise ValueError(
+            f"{value!r} is not a Secret name: give the bare name of a Secret in {CREDENTIAL_NAMESPACE}, "
+            "the ingress gateway's namespace, in every cluster of the intent (istiod reads no other namespace)"
+        )
+    return value
+
+
 class EntityTls(WireModel):
     mode: TlsMode = TlsMode.SIMPLE
-    credential_name: str | None = None
+    credential_name: Annotated[str | None, AfterValidator(_check_credential_name)] = Field(
+        default=None,
+        description=(
+            f"The name of a kubernetes.io/tls Secret in {CREDENTIAL_NAMESPACE}, where the ingress gateway runs, "
+            "in every cluster the intent applies to - not the intent's namespace: istiod serves a gateway only "
+            "Secrets of its own namespace. For MUTUAL, the client CA is the Secret's ca.crt or a Secret "
+            "'<name>-cacert' beside it."
+        ),
+    )
 
     @model_validator(mode="after")
     def _credential(self) -> EntityTls:
@@ -639,7 +663,7 @@ class IngressIntentSpec(WireModel):
 
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message)."""
-        return ingress_token_problems(self)
+        return gateway_problems(self) + ingress_token_problems(self)
 
 
 def ingress_token_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
@@ -648,4 +672,26 @@ def ingress_token_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
     for index, entry in enumerate(spec.access):
         path = f"access[{index}]"
         problems += spec.authentication.token_problems(path, entry.jwt_claims, entry.sources.request_principals)
+    return problems
+
+
+def gateway_problems(spec: IngressIntentSpec) -> list[tuple[str, str]]:
+    """What the shared ingress gateway cannot carry: a bare '*' host, and DENY rules on requests beside a
+    PASSTHROUGH entity (which sees no request)."""
+    problems = [
+        (f"hosts[{index}]", "'*' would claim every host of the shared ingress gateway: name the hosts")
+        for index, host in enumerate(spec.hosts)
+        if host == "*"
+    ]
+    if any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in spec.entities):
+        problems += [
+            (
+                f"access[{index}]",
+                "a DENY by requestPrincipals or jwtClaims cannot hold on a PASSTHROUGH entity: the gateway never "
+                "sees its requests (Istio would deny every connection); serve those hosts from an IngressIntent "
+                "of their own",
+            )
+            for index, entry in enumerate(spec.access)
+            if entry.action is Action.DENY and (entry.sources.request_principals or entry.jwt_claims)
+        ]
     return problems

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from enum import StrEnum
 from typing import Annotated
@@ -75,6 +76,30 @@ class EastWestGateway(WireModel):
     port: Port
 
 
+def _check_ingress_address(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if value.startswith("*") or not _HOSTNAME.match(value):
+            raise ValueError(f"{value!r} is neither an IP address nor a hostname") from None
+    return value
+
+
+IngressAddress = Annotated[str, AfterValidator(_check_ingress_address)]
+
+
+class IngressGateway(WireModel):
+    """Where users reach the cluster's ingress gateway: what DNS records of user-facing hosts point at.
+
+    The public addresses of the ingress gateway's Service (its load balancer's IPs or hostname), never the
+    east-west gateway's: that one passes mesh mTLS through on 15443 and has no user-facing listener.
+    Declared with the cluster: the agent does not read them from the Service's status.loadBalancer.
+    """
+
+    addresses: list[IngressAddress] = Field(min_length=1)
+    """IP addresses (A / AAAA records) or hostnames (a CNAME, used only when no serving cluster has an IP)."""
+
+
 class ClusterPublish(WireModel):
     """What the objects made in a cluster (API CRs) may become at the control plane: an admin's grant."""
 
@@ -87,6 +112,8 @@ class ClusterSpec(WireModel):
 
     description: str = ""
     east_west_gateway: EastWestGateway | None = None
+    ingress_gateway: IngressGateway | None = None
+    """Without it the cluster serves user-facing hosts but no DNS record points at it."""
     publish: ClusterPublish = Field(default_factory=ClusterPublish)
 
 

@@ -6,10 +6,20 @@ field path; a host or service port another intent already claims is 409.
 
 from __future__ import annotations
 
-from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, ServiceIntentSpec
+from pydantic import ValidationError
+
+from meshplane.model.intents import (
+    EgressIntentSpec,
+    IngressIntentSpec,
+    RouteTarget,
+    ServiceIntentSpec,
+    ServiceProtocol,
+    TlsMode,
+)
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.model.stored import StoredObject
 from meshplane.server.problems import Problem
+from meshplane.server.render.ingress import passthrough_route
 from meshplane.store.store import Store
 
 
@@ -30,7 +40,8 @@ async def check_intent(store: Store, resource: Resource) -> int | None:
             if cloud and cloud not in clouds:
                 errors.append(_unknown_cloud(f"spec.clients[{index}].service.logicalCloud", cloud))
     if isinstance(spec, IngressIntentSpec):
-        services = {o.spec["service"]["name"] for o in (await store.list("ServiceIntent", project))[0]}
+        served = [(o.name, o.spec["service"]) for o in (await store.list("ServiceIntent", project))[0]]
+        services = {service["name"] for _, service in served}
         for index, route in enumerate(spec.routes):
             for target in route.targets:
                 if target.service not in services:
@@ -40,6 +51,9 @@ async def check_intent(store: Store, resource: Resource) -> int | None:
                             message=f"no ServiceIntent in project {project!r} serves {target.service!r}",
                         )
                     )
+        errors += _passthrough_to_http(spec, served)
+    if isinstance(spec, ServiceIntentSpec) and spec.service.protocol.is_http:
+        errors += _http_behind_passthrough(spec, (await store.list("IngressIntent", project))[0])
     if errors:
         raise InvalidObject(errors)
     return await _check_claims(store, resource)
@@ -68,6 +82,53 @@ def _stored_claim(other: StoredObject) -> tuple[str | None, str, int]:
         other.spec["service"]["name"],
         other.spec["service"]["port"],
     )
+
+
+def _tls_passed_to(spec: IngressIntentSpec) -> tuple[int, list[RouteTarget]]:
+    """(route index, targets) that receive the client's TLS as it is: a PASSTHROUGH entity's route."""
+    if not any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in spec.entities):
+        return -1, []
+    route = passthrough_route(spec)
+    return spec.routes.index(route), route.targets
+
+
+def _tls_into_http(passed_by: str, target: tuple[str, int], declared_by: str, protocol: ServiceProtocol) -> str:
+    service, port = target
+    return (
+        f"{passed_by} would pass the client's TLS through to {service} port {port}, which {declared_by} declares "
+        f"{protocol.value}: declare the port TLS or TCP, or terminate TLS at the gateway (SIMPLE or MUTUAL)"
+    )
+
+
+def _passthrough_to_http(spec: IngressIntentSpec, served: list[tuple[str, dict]]) -> list[FieldError]:
+    """A port a ServiceIntent declares HTTP would meet TLS bytes where its sidecar expects HTTP."""
+    index, targets = _tls_passed_to(spec)
+    declared = {(s["name"], s["port"]): (name, ServiceProtocol(s.get("protocol", "HTTP"))) for name, s in served}
+    errors = []
+    for target in targets:
+        owner, protocol = declared.get((target.service, target.port), ("", ServiceProtocol.TCP))
+        if protocol.is_http:
+            message = _tls_into_http(
+                "this IngressIntent", (target.service, target.port), f"ServiceIntent {owner}", protocol
+            )
+            errors.append(FieldError(path=f"spec.routes[{index}]", message=message))
+    return errors
+
+
+def _http_behind_passthrough(spec: ServiceIntentSpec, ingresses: list[StoredObject]) -> list[FieldError]:
+    """The same rule from the other side: a port declared HTTP that an IngressIntent passes TLS to."""
+    errors = []
+    for other in ingresses:
+        try:
+            ingress = IngressIntentSpec.model_validate(other.spec)
+        except ValidationError:
+            continue  # it no longer validates, so it is not rendered either (manifests.py)
+        _, targets = _tls_passed_to(ingress)
+        if any((t.service, t.port) == (spec.service.name, spec.service.port) for t in targets):
+            target = (spec.service.name, spec.service.port)
+            message = _tls_into_http(f"IngressIntent {other.name}", target, "this ServiceIntent", spec.service.protocol)
+            errors.append(FieldError(path="spec.service.protocol", message=message))
+    return errors
 
 
 def _unknown_cloud(path: str, name: str) -> FieldError:

@@ -16,7 +16,7 @@ from meshplane.model.resource import Resource
 from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.observability.logging import get_logger
 from meshplane.server.render.cluster import render_cluster
-from meshplane.server.render.fleet import ClusterInfo, Fleet
+from meshplane.server.render.fleet import ClusterInfo, Fleet, cluster_info
 from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
@@ -27,9 +27,8 @@ RENDERED_FROM = REGISTRY.kinds_feeding(Feed.MANIFESTS)
 """The kinds rendered into manifests (clusters are what they are rendered for)."""
 
 
-def cluster_info(stored: StoredObject) -> ClusterInfo:
-    spec = ClusterSpec.model_validate(stored.spec)
-    return ClusterInfo(stored.name, dict(stored.labels), spec.east_west_gateway)
+def stored_cluster_info(stored: StoredObject) -> ClusterInfo:
+    return cluster_info(stored.name, stored.labels, ClusterSpec.model_validate(stored.spec))
 
 
 def render_fleet(
@@ -72,7 +71,7 @@ class ManifestProjection:
         try:
             feeds = REGISTRY.get(stored.kind).feeds
             if Feed.FLEET in feeds:
-                self.clusters[stored.name] = cluster_info(stored)
+                self.clusters[stored.name] = stored_cluster_info(stored)
             elif Feed.MANIFESTS in feeds:
                 self.sources[key] = to_resource(REGISTRY.get(stored.kind), stored)
             else:

@@ -54,6 +54,45 @@ def test_unknown_logical_cloud_and_unserved_route_are_refused_with_field_paths(s
         assert unserved.json()["errors"][0]["path"] == "spec.routes[0]"
 
 
+def test_tls_passthrough_to_a_service_port_declared_http_is_refused(server: ServerProcess) -> None:
+    """The gateway would hand the client's TLS bytes to a sidecar that expects HTTP on that port."""
+    with server.http() as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml")
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["spec"]["entities"] = [{"name": "public", "tls": {"mode": "PASSTHROUGH"}}]
+        refused = http.put(object_path(ingress), json=ingress)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["errors"]
+        assert error["path"] == "spec.routes[0]" and "HTTP" in error["message"]
+        assert http.get(object_path(ingress)).status_code == 404
+
+
+def test_a_port_an_ingress_passes_tls_to_cannot_become_http(server: ServerProcess) -> None:
+    with server.http() as http:
+        apply(http, "clusters.yaml")
+        vault = {
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "ServiceIntent",
+            "metadata": {"name": "vault", "project": "shop"},
+            "spec": {
+                "service": {"name": "vault", "port": 8443, "protocol": "TLS"},
+                "placement": {"logicalCloud": "retail"},
+            },
+        }
+        assert http.put(object_path(vault), json=vault).status_code == 201
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["spec"]["entities"] = [{"name": "public", "tls": {"mode": "PASSTHROUGH"}}]
+        ingress["spec"]["routes"] = [{"match": {"prefix": "/"}, "to": {"service": "vault", "port": 8443}}]
+        assert http.put(object_path(ingress), json=ingress).status_code == 201
+
+        vault["spec"]["service"]["protocol"] = "HTTP"
+        refused = http.put(object_path(vault), json=vault)
+        assert refused.status_code == 422, refused.text
+        [error] = refused.json()["errors"]
+        assert error["path"] == "spec.service.protocol" and "IngressIntent storefront" in error["message"]
+        assert http.get(object_path(vault)).json()["spec"]["service"]["protocol"] == "TLS"
+
+
 def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
     with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")
@@ -117,8 +156,8 @@ def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(serve
     files = ["clusters.yaml", "service-to-service.yaml", "external.yaml", "user-facing.yaml"]
     with server.http() as http:
         apply(http, *files)
-        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-2")))
-        served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-2/resources", params={"output": "yaml"}).text))
+        eventually(lambda: any("storefront" in name for name in manifests(http, "edge-1")))
+        served = list(yaml.safe_load_all(http.get("/v1/clusters/edge-1/resources", params={"output": "yaml"}).text))
 
     offline = subprocess.run(
         [
@@ -128,7 +167,7 @@ def test_a_clusters_resources_print_as_yaml_the_same_as_the_offline_render(serve
             "render",
             *(a for f in files for a in ("-f", str(EXAMPLES / f))),
             "--cluster",
-            "edge-2",
+            "edge-1",
         ],
         capture_output=True,
         text=True,

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from meshplane.model.intents import LogicalCloudSpec
-from meshplane.model.kinds import EastWestGateway
+from meshplane.model.kinds import ClusterSpec, EastWestGateway
 from meshplane.model.meta import Placement
 from meshplane.model.resource import Resource
 from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
@@ -23,6 +23,14 @@ class ClusterInfo:
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     east_west: EastWestGateway | None = None
+    ingress_addresses: tuple[str, ...] = ()
+    """The ingress gateway's user-facing addresses (ClusterSpec.ingressGateway); empty when not known."""
+
+
+def cluster_info(name: str, labels: Mapping[str, str], spec: ClusterSpec) -> ClusterInfo:
+    """What rendering reads of one Cluster object."""
+    ingress = tuple(spec.ingress_gateway.addresses) if spec.ingress_gateway else ()
+    return ClusterInfo(name, dict(labels), spec.east_west_gateway, ingress)
 
 
 @dataclass(frozen=True)

@@ -2,26 +2,37 @@
 
 Per cluster where the intent applies (`placement_targets`):
 
-- in the intent's namespace, a Gateway per entity (`<intent>-gateway.<entity>`): HTTPS 443 with the
+- in the intent's namespace, a Gateway per entity (`gateway_name`: a DNS label): HTTPS 443 with the
   entity's TLS mode and credential, a TLS 443 server for PASSTHROUGH, HTTP 80 without TLS. The hosts
   are bound as `./<host>`, so only VirtualServices of the intent's namespace can claim them. With
   one entity the Gateway selects the stock ingress gateway (`istio: ingressgateway`); with several,
   each selects its own gateway pods (`meshplane.io/ingress-entity: <entity>` as well), since
-  servers for one host and port with different TLS settings cannot share gateway pods;
+  servers for one host and port with different TLS settings cannot share gateway pods.
+  `port.number` is the gateway Service's port: istiod binds its targetPort (8443 / 8080 on istioctl's
+  istio-ingressgateway, 443 / 80 in the gateway Helm chart, which lowers the unprivileged port
+  range), translating through the Services that select the gateway pods (`resolvePorts`,
+  pilot/pkg/model/gateway.go); pods no Service selects get the number as it is, which a gateway
+  marked unprivileged skips below 1024, so each entity's own pods need a Service like the stock one.
+  The access policies match no port, so they hold whichever target port a cluster uses.
+  `credentialName` is a Secret of `istio-system` (the gateway's namespace), whatever namespace the
+  Gateway object is in: istiod serves a gateway no other namespace's Secrets. Nothing here names a
+  Secret of the intent's namespace;
 - a VirtualService (`<intent>-ingress`) binding the hosts to those Gateways: HTTP routes, most
   specific match first, to `<service>.<namespace>.svc.cluster.local` with split weights, and for
   PASSTHROUGH entities a TLS route by SNI to the least specific route's targets;
-- in `istio-system`, where the ingress gateway runs (an AuthorizationPolicy reaches only workloads of
-  its own namespace), an ALLOW and, when there are DENY rules, a DENY AuthorizationPolicy, named
-  `<intent>-ingress-allow|deny.<project>`. Every rule is scoped to the intent's hosts, so one intent's
-  rules never open or close another's; source ranges are `remoteIpBlocks` (the client's address,
-  from X-Forwarded-For when the gateway trusts a load balancer in front of it). With no ALLOW rules
-  the hosts are open to everyone: an ALLOW policy from another intent on the same gateway would
-  otherwise close them;
-- a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled `meshplane.io/dns-server`,
-  with an A / AAAA / CNAME record per host of that server's zones. The target is the cluster's
-  `eastWestGateway.address`, standing in for an ingress address the Cluster kind does not have yet;
-  with no address known there are no records. Named `<intent>-dns.<server>`.
+- in `istio-system`, where the ingress gateway runs, a DENY AuthorizationPolicy per entity for the
+  access rules (ingress_access.py: why DENY only, and how no rule reaches another intent's hosts or
+  a TLS passthrough chain);
+- in one cluster only (`dns_writer`: the first serving cluster by name whose ingress addresses are
+  known), a DNSEndpoint (external-dns) per DNS server in `spec.dns`, labelled
+  `meshplane.io/dns-server`, named `<intent>-dns.<server>`: per host of that server's zones one record
+  set whose targets are the ingress addresses (`ClusterSpec.ingressGateway`) of every serving cluster
+  (A / AAAA; a CNAME only when none has an IP). Never the east-west gateway: it passes mesh mTLS
+  through on 15443 and serves no user. One writer, because external-dns will not merge one name's
+  records across owners: each cluster's external-dns runs with its own `--txt-owner-id` and
+  `--policy=sync`. When the writer stops serving the intent (or loses its addresses), the next
+  cluster by name writes: the old writer's external-dns deletes the records it owns, and the new
+  one creates them on its next sync (until then it leaves another owner's records alone).
 
 Request principals and JWT claims are set only from tokens a RequestAuthentication validated on the
 ingress gateway: `spec.authentication.jwt` renders it (`<intent>-ingress-jwt.<project>`, authn.py).
@@ -33,9 +44,7 @@ import ipaddress
 from collections import defaultdict
 
 from meshplane.model.intents import (
-    Action,
     Entity,
-    IngressAccess,
     IngressIntentSpec,
     IngressRoute,
     RouteTarget,
@@ -46,13 +55,13 @@ from meshplane.server.render.authn import request_authentication
 from meshplane.server.render.egress import (
     GATEWAY_NAMESPACE,
     NETWORKING,
-    SECURITY,
     gateway_ref,
     k8s_object,
     sort_objects,
 )
 from meshplane.server.render.fleet import GROUP_LABEL, Fleet, owner_labels, placement_targets
-from meshplane.server.render.names import object_name, service_host
+from meshplane.server.render.ingress_access import access_policy
+from meshplane.server.render.names import object_name, service_host, shared_object_name
 
 INGRESS_GATEWAY_SELECTOR = {"istio": "ingressgateway"}
 ENTITY_LABEL = f"{GROUP_LABEL}/ingress-entity"
@@ -63,6 +72,17 @@ DNS_API_VERSION = "externaldns.k8s.io/v1alpha1"
 
 def _entities(spec: IngressIntentSpec) -> list[Entity]:
     return sorted({e.name: e for e in spec.entities}.values(), key=lambda e: e.name)
+
+
+def gateway_name(intent: Resource, entity: Entity) -> str:
+    """istiod refuses a Gateway whose name is not a DNS label (and a VirtualService naming one). The
+    intent's namespace may be shared by several projects' intents, so the name is `shared_object_name`'s."""
+    return shared_object_name(intent.metadata.project or "", intent.metadata.name, f"{entity.name}-gateway")
+
+
+def _selector(entity: Entity, several: bool) -> dict[str, str]:
+    """The entity's gateway pods: with several entities, pods of its own (see the module's docstring)."""
+    return {**INGRESS_GATEWAY_SELECTOR, ENTITY_LABEL: entity.name} if several else dict(INGRESS_GATEWAY_SELECTOR)
 
 
 def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, namespace: str) -> dict:
@@ -82,16 +102,13 @@ def _gateway(intent: Resource, entity: Entity, hosts: list[str], several: bool, 
             "hosts": bound,
             "tls": {"mode": tls.mode.value, "credentialName": tls.credential_name},
         }
-    selector = dict(INGRESS_GATEWAY_SELECTOR)
-    if several:
-        selector[ENTITY_LABEL] = entity.name
     return k8s_object(
         NETWORKING,
         "Gateway",
-        object_name(intent.metadata.name, "gateway", entity.name),
+        gateway_name(intent, entity),
         namespace,
         owner_labels(intent),
-        {"selector": selector, "servers": [server]},
+        {"selector": _selector(entity, several), "servers": [server]},
     )
 
 
@@ -100,6 +117,12 @@ def _specificity(route: IngressRoute) -> tuple:
     match = route.match
     path = match.exact if match.exact is not None else match.prefix or ""
     return (match.exact is None, -len(path), path, [(t.service, t.port, t.weight) for t in route.targets])
+
+
+def passthrough_route(spec: IngressIntentSpec) -> IngressRoute:
+    """The route a PASSTHROUGH entity's connections take: SNI is all the gateway sees, so the catch-all
+    (least specific) route decides, and its targets receive the client's TLS as it is."""
+    return sorted(spec.routes, key=_specificity)[-1]
 
 
 def _destinations(targets: list[RouteTarget], namespace: str, weighted: bool) -> list[dict]:
@@ -125,8 +148,7 @@ def _virtual_service(intent: Resource, spec: IngressIntentSpec, gateways: dict[s
     body: dict = {"hosts": hosts, "gateways": sorted(gateways), "http": http}
     passthrough = sorted(n for n, e in gateways.items() if e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH)
     if passthrough:
-        # SNI is all a passthrough gateway sees: the catch-all route (the least specific) decides.
-        fallback = routes[-1]
+        fallback = passthrough_route(spec)
         body["tls"] = [
             {
                 "match": [{"gateways": passthrough, "port": 443, "sniHosts": hosts}],
@@ -143,77 +165,41 @@ def _virtual_service(intent: Resource, spec: IngressIntentSpec, gateways: dict[s
     )
 
 
-def _rules(access: list[IngressAccess], hosts: list[str], passthrough: bool) -> list[dict]:
-    """One rule per access entry (entries OR, conditions within one AND), each scoped to the hosts."""
-    rules = []
-    host_match = sorted({*hosts, *(f"{h}:*" for h in hosts)})
-    for entry in access:
-        source: dict = {}
-        if entry.sources.ip_blocks:
-            source["remoteIpBlocks"] = sorted(set(entry.sources.ip_blocks))
-        if entry.sources.request_principals:
-            source["requestPrincipals"] = sorted(set(entry.sources.request_principals))
-        claims = [{"key": f"request.auth.claims[{k}]", "values": [v]} for k, v in sorted(entry.jwt_claims.items())]
-        rule: dict = {}
-        if source:
-            rule["from"] = [{"source": source}]
-        rule["to"] = [{"operation": {"hosts": host_match}}]
-        if claims:
-            rule["when"] = claims
-        rules.append(rule)
-        # TLS passthrough hides requests: only source ranges can be checked, and the SNI scopes them.
-        if passthrough and not entry.sources.request_principals and not claims:
-            tcp_rule: dict = {"when": [{"key": "connection.sni", "values": hosts}]}
-            if source:
-                tcp_rule = {"from": [{"source": source}], **tcp_rule}
-            rules.append(tcp_rule)
-    return rules
-
-
-def _policies(intent: Resource, spec: IngressIntentSpec, passthrough: bool) -> list[dict]:
-    hosts = sorted(set(spec.hosts))
-    allow = [a for a in spec.access if a.action is Action.ALLOW] or [IngressAccess()]
-    deny = [a for a in spec.access if a.action is Action.DENY]
-    out = []
-    for action, entries in ((Action.ALLOW, allow), (Action.DENY, deny)):
-        if not entries:
-            continue
-        rules = _rules(entries, hosts, passthrough)
-        # Order-independent: the same access entries in any order give the same policy.
-        rules = sorted({repr(sorted(r.items())): r for r in rules}.items())
-        out.append(
-            k8s_object(
-                SECURITY,
-                "AuthorizationPolicy",
-                object_name(intent.metadata.name, f"ingress-{action.value.lower()}", intent.metadata.project),
-                GATEWAY_NAMESPACE,
-                owner_labels(intent),
-                {
-                    "selector": {"matchLabels": dict(INGRESS_GATEWAY_SELECTOR)},
-                    "action": action.value,
-                    "rules": [r for _, r in rules],
-                },
-            )
-        )
-    return out
-
-
 def _in_zone(host: str, zone: str) -> bool:
     zone = zone.rstrip(".")
     bare = host.removeprefix("*.")
     return bare == zone or host.endswith(f".{zone}")
 
 
-def _record_type(address: str) -> str:
+def _record_sets(addresses: set[str]) -> list[tuple[str, list[str]]]:
+    """(record type, targets): A and AAAA for the IP addresses; a CNAME only where there is no IP, to
+    the first hostname (DNS allows one CNAME per name and nothing beside it)."""
+    ips = sorted((ipaddress.ip_address(a) for a in addresses if _is_ip(a)), key=lambda ip: (ip.version, ip))
+    if not ips:
+        return [("CNAME", [min(addresses)])] if addresses else []
+    by_type = {"A": [str(ip) for ip in ips if ip.version == 4], "AAAA": [str(ip) for ip in ips if ip.version == 6]}
+    return [(kind, targets) for kind, targets in by_type.items() if targets]
+
+
+def _is_ip(address: str) -> bool:
     try:
-        return "A" if ipaddress.ip_address(address).version == 4 else "AAAA"
+        ipaddress.ip_address(address)
     except ValueError:
-        return "CNAME"
+        return False
+    return True
 
 
-def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, address: str | None, namespace: str) -> list[dict]:
-    if not address:
+def dns_writer(fleet: Fleet, targets: dict[str, str]) -> str | None:
+    """The one cluster that writes an intent's records: the first by name of those serving it whose
+    ingress addresses are known (None when there is none)."""
+    return min((c for c in targets if fleet.clusters[c].ingress_addresses), default=None)
+
+
+def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, fleet: Fleet, targets: dict[str, str]) -> list[dict]:
+    writer = dns_writer(fleet, targets)
+    if writer is None:
         return []
+    addresses = {a for c in targets for a in fleet.clusters[c].ingress_addresses}
     zones: dict[str, set[str]] = defaultdict(set)
     for target in spec.dns:
         zones[target.server].add(target.zone)
@@ -223,14 +209,18 @@ def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, address: str | Non
         if not names:
             continue
         labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}
-        endpoints = [{"dnsName": n, "recordType": _record_type(address), "targets": [address]} for n in names]
+        endpoints = [
+            {"dnsName": n, "recordType": kind, "targets": records}
+            for n in names
+            for kind, records in _record_sets(addresses)
+        ]
         out.append(
             {
                 "apiVersion": DNS_API_VERSION,
                 "kind": "DNSEndpoint",
                 "metadata": {
                     "name": object_name(intent.metadata.name, "dns", server),
-                    "namespace": namespace,
+                    "namespace": targets[writer],
                     "labels": labels,
                 },
                 "spec": {"endpoints": endpoints},
@@ -251,11 +241,11 @@ def render_ingress_intent(intent: Resource, fleet: Fleet, cluster: str) -> list[
     objects = [_gateway(intent, e, hosts, len(entities) > 1, namespace) for e in entities]
     gateways = {gateway_ref(namespace, o["metadata"]["name"]): e for o, e in zip(objects, entities, strict=True)}
     objects.append(_virtual_service(intent, spec, gateways, namespace))
-    passthrough = any(e.tls is not None and e.tls.mode is TlsMode.PASSTHROUGH for e in entities)
-    objects += _policies(intent, spec, passthrough)
-    east_west = fleet.clusters[cluster].east_west
-    objects += _dns_endpoints(intent, spec, east_west.address if east_west else None, namespace)
-    jwt_name = object_name(intent.metadata.name, "ingress-jwt", intent.metadata.project)
+    policies = (access_policy(intent, spec, e, _selector(e, len(entities) > 1)) for e in entities)
+    objects += [p for p in policies if p is not None]
+    if cluster == dns_writer(fleet, targets):
+        objects += _dns_endpoints(intent, spec, fleet, targets)
+    jwt_name = shared_object_name(intent.metadata.project or "", intent.metadata.name, "ingress-jwt")
     objects += request_authentication(
         intent, spec.authentication, jwt_name, GATEWAY_NAMESPACE, INGRESS_GATEWAY_SELECTOR
     )

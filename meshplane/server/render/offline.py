@@ -1,7 +1,7 @@
 """`meshplane render`: what one cluster would receive, computed from YAML files with no server.
 
 The same functions the server uses (placement, rendering) on objects read from files; Cluster objects
-in the files give the fleet its labels and east-west gateways.
+in the files give the fleet its labels, east-west gateways and ingress addresses.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from meshplane.model.resource import Resource
 from meshplane.server.manifests import RENDERED_FROM, render_fleet
 from meshplane.server.projection import placement_of
 from meshplane.server.render.cluster import render_cluster
-from meshplane.server.render.fleet import ClusterInfo
+from meshplane.server.render.fleet import cluster_info
 from meshplane.server.render.names import DEFAULT_TRUST_DOMAIN
 
 
@@ -26,7 +26,7 @@ def project_documents(
     cluster the files do not define (InvalidObject for an invalid document)."""
     resources = [REGISTRY.parse(doc) for doc in docs]
     clusters = {
-        r.metadata.name: ClusterInfo(r.metadata.name, r.metadata.labels, r.spec.east_west_gateway)  # type: ignore[attr-defined]
+        r.metadata.name: cluster_info(r.metadata.name, r.metadata.labels, r.spec)  # type: ignore[arg-type]
         for r in resources
         if Feed.FLEET in REGISTRY.get(r.kind).feeds
     }

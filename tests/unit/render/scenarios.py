@@ -26,13 +26,15 @@ GATEWAY_NAMESPACE = "istio-system"
 
 
 def scenario_clusters() -> dict[str, ClusterInfo]:
-    def info(name: str, tier: str, address: str) -> ClusterInfo:
-        return ClusterInfo(name, {"tier": tier}, EastWestGateway(address=address, port=15443))
+    """East-west gateways on 198.51.100.0/24; ingress addresses on 203.0.113.0/24, edge-2 with IPv6 too."""
+
+    def info(name: str, tier: str, address: str, *ingress: str) -> ClusterInfo:
+        return ClusterInfo(name, {"tier": tier}, EastWestGateway(address=address, port=15443), ingress)
 
     return {
-        "edge-1": info("edge-1", "edge", "198.51.100.11"),
-        "edge-2": info("edge-2", "edge", "198.51.100.12"),
-        "core-1": info("core-1", "core", "198.51.100.21"),
+        "edge-1": info("edge-1", "edge", "198.51.100.11", "203.0.113.11"),
+        "edge-2": info("edge-2", "edge", "198.51.100.12", "203.0.113.12", "2001:db8::12"),
+        "core-1": info("core-1", "core", "198.51.100.21", "203.0.113.21"),
     }
 
 

@@ -8,21 +8,23 @@ are the egress scenario's.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from meshplane.model.intents import LogicalCloudSpec
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.ingress import render_ingress_intent
 from meshplane_testing.istio_schema import validate_istio
 
+from .ingress_strategies import ingress_fleets
 from .scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,
-    PROJECTS,
     by_kind,
     check_golden,
     fleet_clouds,
@@ -36,6 +38,7 @@ from .scenarios import (
 )
 
 DNS_SERVER_LABEL = "meshplane.io/dns-server"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def ingress_scenario() -> list[Resource]:
@@ -148,30 +151,70 @@ def test_routes_go_most_specific_first_with_split_weights() -> None:
     ]
 
 
-def test_each_dns_server_gets_its_own_endpoint_object_with_the_cluster_address() -> None:
-    intents = ingress_scenario()
-    records = by_kind(render_ingress_intent(intents[0], scenario_fleet(), "edge-2"), "DNSEndpoint")
-    by_server = {
+def _records(objects: list[dict]) -> dict[str, list[tuple[str, str, list[str]]]]:
+    return {
         r["metadata"]["labels"][DNS_SERVER_LABEL]: [
             (e["dnsName"], e["recordType"], e["targets"]) for e in r["spec"]["endpoints"]
         ]
-        for r in records
-    }
-    assert by_server == {
-        "partner-dns": [("www.shop.example.com", "A", ["198.51.100.12"])],
-        "public-dns": [
-            ("shop.example.com", "A", ["198.51.100.12"]),
-            ("www.shop.example.com", "A", ["198.51.100.12"]),
-        ],
+        for r in by_kind(objects, "DNSEndpoint")
     }
 
 
-def test_no_dns_records_where_the_cluster_address_is_unknown() -> None:
+def _writers(intent: Resource, fleet: Fleet) -> dict[str, dict[str, list[tuple[str, str, list[str]]]]]:
+    """cluster -> its DNS records of `intent`, for the clusters that have any."""
+    out = {c: _records(render_ingress_intent(intent, fleet, c)) for c in fleet.clusters}
+    return {c: records for c, records in out.items() if records}
+
+
+def test_one_cluster_writes_each_record_set_with_the_ingress_addresses_of_every_serving_cluster() -> None:
+    """external-dns cannot merge one name's records across owners: one writer, every serving cluster's
+    ingress address in its targets, and never an east-west gateway (mTLS passthrough, not user-facing)."""
+    storefront = ingress_scenario()[0]
+    both = [("A", ["203.0.113.11", "203.0.113.12"]), ("AAAA", ["2001:db8::12"])]
+    assert _writers(storefront, scenario_fleet()) == {
+        "edge-1": {
+            "partner-dns": [("www.shop.example.com", kind, targets) for kind, targets in both],
+            "public-dns": [
+                (host, kind, targets) for host in ("shop.example.com", "www.shop.example.com") for kind, targets in both
+            ],
+        }
+    }
+
+
+def test_when_the_writing_cluster_leaves_the_next_serving_cluster_by_name_writes_the_records() -> None:
+    storefront = ingress_scenario()[0]
     clusters = scenario_clusters()
-    clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], east_west=None)
+    clouds = fleet_clouds()
+    clouds[("shop", "retail")] = LogicalCloudSpec.model_validate(
+        {"clusters": [{"name": "edge-2", "namespace": "shop"}]}
+    )
+    records = {"public-dns", "partner-dns"}
+    left = _writers(storefront, Fleet(clusters=clusters, logical_clouds=clouds))
+    assert set(left) == {"edge-2"} and set(left["edge-2"]) == records
+    clusters["edge-1"] = dataclasses.replace(clusters["edge-1"], ingress_addresses=())
+    unknown = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
+    assert unknown == left
+    assert {t for e in unknown["edge-2"]["public-dns"] for t in e[2]} == {"203.0.113.12", "2001:db8::12"}
+
+
+def test_a_hostname_address_becomes_a_cname_only_where_no_serving_cluster_has_an_ip() -> None:
+    """DNS allows one CNAME per name and nothing beside it."""
+    storefront = ingress_scenario()[0]
+    clusters = scenario_clusters()
+    clusters["edge-1"] = dataclasses.replace(clusters["edge-1"], ingress_addresses=("lb-b.example.net",))
+    clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net",))
+    cname = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
+    assert cname["edge-1"]["partner-dns"] == [("www.shop.example.com", "CNAME", ["lb-a.example.net"])]
+    clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net", "203.0.113.12"))
+    mixed = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
+    assert mixed["edge-1"]["partner-dns"] == [("www.shop.example.com", "A", ["203.0.113.12"])]
+
+
+def test_no_dns_records_where_no_serving_cluster_has_an_ingress_address() -> None:
+    clusters = {name: dataclasses.replace(info, ingress_addresses=()) for name, info in scenario_clusters().items()}
     fleet = Fleet(clusters=clusters, logical_clouds=fleet_clouds())
-    objects = render_ingress_intent(ingress_scenario()[0], fleet, "edge-2")
-    assert objects and by_kind(objects, "DNSEndpoint") == []
+    assert render_ingress_intent(ingress_scenario()[0], fleet, "edge-1")
+    assert _writers(ingress_scenario()[0], fleet) == {}
 
 
 def test_several_entities_get_gateways_of_their_own() -> None:
@@ -183,91 +226,36 @@ def test_several_entities_get_gateways_of_their_own() -> None:
     ]
 
 
+def _named(name: str, entities: list[str]) -> Resource:
+    return parse(
+        "IngressIntent",
+        name,
+        {
+            "hosts": [f"{name[:40]}.example.com"],
+            "entities": [{"name": e} for e in entities],
+            "routes": [{"match": {"prefix": "/"}, "to": {"service": "web", "port": 8080}}],
+            "placement": {"logicalCloud": "retail"},
+        },
+    )
+
+
+def test_gateway_names_are_dns_labels_unique_per_intent_and_entity_however_long() -> None:
+    """istiod refuses a Gateway whose name is not a DNS label, and a VirtualService naming one."""
+    long = "storefront-" + "x" * 52
+    intents = [_named(long, [f"{'e' * 62}1", f"{'e' * 62}2"]), _named("a", ["b-c"]), _named("a-b", ["c"])]
+    fleet = scenario_fleet(ingress_intents=intents)
+    names = []
+    for intent in intents:
+        objects = render_ingress_intent(intent, fleet, "edge-1")
+        gateways = [g["metadata"]["name"] for g in by_kind(objects, "Gateway")]
+        (route,) = by_kind(objects, "VirtualService")
+        assert route["spec"]["gateways"] == sorted(f"shop/{g}" for g in gateways)
+        names += gateways
+    assert all(DNS_LABEL.match(n) for n in names), names
+    assert len(names) == len(set(names)) == 4
+
+
 # --- properties over generated fleets -----------------------------------------------------------
-
-INTENT_NAMES = ("web", "web-ops", "a", "a-b")
-ZONES = ("example.com", "example.org", "shop.example.com")
-SERVERS = ("public", "partner", "internal")
-
-
-@st.composite
-def ingress_specs(draw: st.DrawFn, index: int) -> dict:
-    hosts = draw(
-        st.lists(
-            st.sampled_from([f"h{index}.example.com", f"h{index}.shop.example.com", f"*.w{index}.example.org"]),
-            min_size=1,
-            max_size=3,
-            unique=True,
-        )
-    )
-    dns = [
-        {"server": draw(st.sampled_from(SERVERS)), "zone": draw(st.sampled_from(ZONES))}
-        for _ in range(draw(st.integers(0, 3)))
-    ]
-    tls_choices = [
-        None,
-        {"mode": "SIMPLE", "credentialName": "cert"},
-        {"mode": "MUTUAL", "credentialName": "cert"},
-        {"mode": "PASSTHROUGH"},
-    ]
-    entities = []
-    for name in draw(st.lists(st.sampled_from(["public", "staff", "legacy"]), min_size=1, max_size=3, unique=True)):
-        tls = draw(st.sampled_from(tls_choices))
-        entities.append({"name": name, **({"tls": tls} if tls else {})})
-    routes = []
-    for path in draw(
-        st.lists(st.sampled_from(["/", "/api", "/api/v2", "/healthz"]), min_size=1, max_size=3, unique=True)
-    ):
-        match = {draw(st.sampled_from(["prefix", "exact"])): path}
-        if draw(st.booleans()):
-            routes.append({"match": match, "to": {"service": "web", "port": 8080}})
-        else:
-            weight = draw(st.integers(0, 100))
-            routes.append(
-                {
-                    "match": match,
-                    "split": [
-                        {"service": "web", "port": 8080, "weight": weight},
-                        {"service": "web-next", "port": 8080, "weight": 100 - weight},
-                    ],
-                }
-            )
-    access = []
-    for _ in range(draw(st.integers(0, 3))):
-        sources: dict = {}
-        if draw(st.booleans()):
-            sources["ipBlocks"] = [draw(st.sampled_from(["10.0.0.0/8", "192.0.2.0/24", "2001:db8::/32"]))]
-        if draw(st.booleans()):
-            sources["requestPrincipals"] = ["https://idp.example.com/*"]
-        claims = {"groups": "ops"} if draw(st.booleans()) else {}
-        access.append({"action": draw(st.sampled_from(["ALLOW", "DENY"])), "sources": sources, "jwtClaims": claims})
-    placement = draw(
-        st.sampled_from(
-            [{"logicalCloud": "retail"}, {"logicalCloud": "ops"}, {"logicalCloud": "ops", "clusters": ["edge-1"]}]
-        )
-    )
-    return {
-        "hosts": hosts,
-        "dns": dns,
-        "entities": entities,
-        "routes": routes,
-        "access": access,
-        "placement": placement,
-        "authentication": {"jwt": [{"issuer": "https://idp.example.com", "jwksUri": "https://idp.example.com/keys"}]},
-    }
-
-
-@st.composite
-def ingress_fleets(draw: st.DrawFn) -> Fleet:
-    intents = []
-    for project in PROJECTS:
-        for name in draw(st.lists(st.sampled_from(INTENT_NAMES), max_size=3, unique=True)):
-            intents.append(parse("IngressIntent", name, draw(ingress_specs(len(intents))), project=project))
-    clusters = scenario_clusters()
-    if draw(st.booleans()):
-        clusters["core-1"] = dataclasses.replace(clusters["core-1"], east_west=None)
-    return Fleet(clusters=clusters, logical_clouds=fleet_clouds(), ingress_intents=intents)
-
 
 PROPERTIES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -321,25 +309,23 @@ def _in_zone(host: str, zone: str) -> bool:
 
 @PROPERTIES
 @given(ingress_fleets())
-def test_each_dns_server_gets_exactly_its_own_records(fleet: Fleet) -> None:
+def test_each_record_set_has_one_writer_and_the_ingress_addresses_of_every_serving_cluster(fleet: Fleet) -> None:
+    east_west = {info.east_west.address for info in fleet.clusters.values() if info.east_west}
     for intent in fleet.ingress_intents:
-        for cluster in CLUSTERS:
-            objects = render_ingress_intent(intent, fleet, cluster)
-            records = by_kind(objects, "DNSEndpoint")
-            address = fleet.clusters[cluster].east_west.address if fleet.clusters[cluster].east_west else None
-            expected = {}
-            if objects and address:
-                for target in intent.spec.dns:
-                    names = {h for h in intent.spec.hosts if _in_zone(h, target.zone)}
-                    if names:
-                        expected.setdefault(target.server, set()).update(names)
-            got = {}
-            for record in records:
-                server = record["metadata"]["labels"][DNS_SERVER_LABEL]
-                assert server not in got, "one DNSEndpoint per server"
-                assert {t for e in record["spec"]["endpoints"] for t in e["targets"]} == {address}
-                got[server] = {e["dnsName"] for e in record["spec"]["endpoints"]}
-            assert got == expected
+        targets = placement_targets(fleet, intent.metadata.project, intent.spec.placement)
+        serving = sorted(c for c in targets if fleet.clusters[c].ingress_addresses)
+        addresses = {a for c in serving for a in fleet.clusters[c].ingress_addresses}
+        expected = {}
+        for target in intent.spec.dns if serving else []:
+            names = {h for h in intent.spec.hosts if _in_zone(h, target.zone)}
+            if names:
+                expected.setdefault(target.server, set()).update(names)
+        writers = _writers(intent, fleet)
+        assert list(writers) == ([serving[0]] if expected else [])
+        for records in writers.values():
+            assert {server: {e[0] for e in entries} for server, entries in records.items()} == expected
+            got = {t for entries in records.values() for e in entries for t in e[2]}
+            assert got == addresses and not got & east_west
 
 
 @settings(max_examples=25, deadline=None)

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
-from meshplane.model.stored import StoredObject
 from meshplane.server.access_checks import collides_with_access_checks
 from meshplane.server.intent_checks import collides_with_intent_claims
-from meshplane_testing import documents
+from meshplane_testing.resources import resource, stored
 
 BACKENDS = [{"host": "127.0.0.1", "port": 9001}]
-
-
-def resource(kind: str, name: str, spec: dict[str, Any], project: str = "shop") -> Resource:
-    return REGISTRY.parse(documents.document(kind, name, project=project, spec=spec))
 
 
 def api(name: str, base_path: str, project: str = "shop", **spec: Any) -> Resource:
@@ -43,26 +36,6 @@ def service(name: str, service_name: str, port: int, cloud: str | None = None, p
     if cloud is not None:
         spec["placement"] = {"logicalCloud": cloud}
     return resource("ServiceIntent", name, spec, project)
-
-
-def stored(resource: Resource) -> StoredObject:
-    meta, at = resource.metadata, datetime.now(UTC)
-    return StoredObject(
-        kind=resource.kind,
-        project=meta.project or "",
-        name=meta.name,
-        uid="uid",
-        revision=1,
-        generation=1,
-        origin=None,
-        labels={},
-        annotations={},
-        spec=resource.spec.to_wire(),
-        status={},
-        created_at=at,
-        updated_at=at,
-        deleted=False,
-    )
 
 
 @pytest.mark.parametrize(
