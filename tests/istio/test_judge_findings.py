@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from meshplane_testing.istio_judge import (
+    EAST_WEST_GATEWAY,
     EGRESS_GATEWAY,
     INGRESS_GATEWAY,
     Call,
@@ -39,12 +40,37 @@ def workloads(cluster: str) -> list[dict[str, Any]]:
     if cluster == "edge-1":
         objects += workload("shop", "orders", ORDERS_IP, 8080, cluster_ip="10.96.1.10")
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
+        objects += user_owned_site()
     if cluster == "edge-2":
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
     if cluster == "core-1":
         objects += workload("ops", "orders", ORDERS_OPS_IP, 8080, cluster_ip="10.96.1.40")
         objects += workload("ops", "reports", REPORTS_IP, 8080, cluster_ip="10.96.1.30")
     return objects
+
+
+def user_owned_site() -> list[dict[str, Any]]:
+    """A site on the shared ingress gateway that no meshplane intent names: its own Gateway and route."""
+    gateway = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "site", "namespace": "web"},
+        "spec": {
+            "selector": {"istio": "ingressgateway"},
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": ["site.example.org"]}],
+        },
+    }
+    route = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "site", "namespace": "web"},
+        "spec": {
+            "hosts": ["site.example.org"],
+            "gateways": ["web/site"],
+            "http": [{"route": [{"destination": {"host": "site.web.svc.cluster.local", "port": {"number": 8080}}}]}],
+        },
+    }
+    return [namespace("web"), *workload("web", "site", "10.1.0.50", 8080, cluster_ip="10.96.1.50"), gateway, route]
 
 
 def to_orders(name: str, peer: str, path: str = "/orders/1", **fields: Any) -> Call:
@@ -89,6 +115,24 @@ EDGE_1_CALLS = [
         path="/",
         source_ip="203.0.113.9",
     ),
+    Call(
+        "a site no intent names, at the ingress gateway",
+        source=INGRESS_GATEWAY,
+        router=True,
+        port=80,
+        host="site.example.org",
+        source_ip="203.0.113.9",
+    ),
+    Call(
+        "edge-2's cart through the east-west gateway",
+        source=EAST_WEST_GATEWAY,
+        router=True,
+        port=15443,
+        protocol="HTTP",
+        tls="mtls",
+        sni="outbound_.8080_._.orders.shop.svc.cluster.local",
+        peer=CART,
+    ),
 ]
 CORE_1_CALLS = [
     Call(
@@ -103,6 +147,7 @@ CORE_1_CALLS = [
     ),
 ]
 EDGE_2_CALLS = [
+    Call("cart to orders in edge-1", source="shop/cart-0", port=8080, host="orders.shop.svc.cluster.local"),
     Call(
         "storefront at the ingress gateway",
         source=INGRESS_GATEWAY,
@@ -165,6 +210,18 @@ def test_the_client_sidecar_sends_the_payment_provider_to_the_egress_gateway(edg
     assert result.cluster.endswith("|istio-egressgateway.istio-system.svc.cluster.local")
 
 
+def test_a_client_in_another_cluster_is_sent_to_the_service_cluster(edge_2: Verdict) -> None:
+    result = edge_2.result("cart to orders in edge-1")
+    assert result.allowed, result.raw
+    assert result.cluster == "outbound|8080||orders.shop.svc.cluster.local"
+
+
+def test_the_east_west_gateway_passes_a_remote_client_through_to_the_service(edge_1: Verdict) -> None:
+    result = edge_1.result("edge-2's cart through the east-west gateway")
+    assert result.allowed, result.raw
+    assert result.cluster == "outbound_.8080_._.orders.shop.svc.cluster.local"
+
+
 # --- Defects of issue 18, asserting the correct behaviour ---
 
 
@@ -186,6 +243,13 @@ def test_the_service_sidecar_admits_the_ingress_gateway_for_a_user_facing_route(
 def test_the_ingress_gateway_of_a_cluster_without_the_service_has_a_route_to_it(edge_2: Verdict) -> None:
     result = edge_2.result("storefront at the ingress gateway")
     assert result.allowed and result.cluster_known, result.raw
+
+
+@pytest.mark.xfail(strict=True, reason="defect #6 of issue 18")
+def test_the_shared_ingress_gateway_still_serves_a_host_no_intent_names(edge_1: Verdict) -> None:
+    result = edge_1.result("a site no intent names, at the ingress gateway")
+    assert result.cluster == "outbound|8080||site.web.svc.cluster.local", result.raw
+    assert result.allowed, result.raw
 
 
 @pytest.mark.xfail(strict=True, reason="defect #4 of issue 18")
