@@ -18,10 +18,12 @@ GOLDEN = REPO / "tests" / "unit" / "render" / "golden"
 EXAMPLE_CLUSTERS = ("core-1", "edge-1", "edge-2")
 
 
-def example_render(cluster: str) -> list[dict[str, Any]]:
-    """The Kubernetes objects `cluster` receives from the examples (meshplane's own kinds left out)."""
+def example_render(cluster: str, *extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Kubernetes objects `cluster` receives from the examples and the `extra` meshplane objects
+    (meshplane's own kinds left out)."""
     docs = [doc for path in sorted(EXAMPLES.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
-    return [o for o in project_documents(docs, cluster) if not o["apiVersion"].startswith("meshplane.io/")]
+    rendered = project_documents([*docs, *extra], cluster)
+    return [o for o in rendered if not o["apiVersion"].startswith("meshplane.io/")]
 
 
 def golden_scenarios() -> dict[str, list[dict[str, Any]]]:

@@ -40,6 +40,7 @@ def workloads(cluster: str) -> list[dict[str, Any]]:
     if cluster == "edge-1":
         objects += workload("shop", "orders", ORDERS_IP, 8080, cluster_ip="10.96.1.10")
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
+        objects += workload("shop", "billing", "10.1.0.60", 8080, cluster_ip="10.96.1.60")
         objects += user_owned_site()
     if cluster == "edge-2":
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
@@ -71,6 +72,21 @@ def user_owned_site() -> list[dict[str, Any]]:
         },
     }
     return [namespace("web"), *workload("web", "site", "10.1.0.50", 8080, cluster_ip="10.96.1.50"), gateway, route]
+
+
+TAX_PROVIDER = {
+    "apiVersion": "meshplane.io/v1alpha1",
+    "kind": "EgressIntent",
+    "metadata": {"name": "tax-provider", "project": "shop"},
+    "spec": {
+        "hosts": ["api.tax.example"],
+        "ports": [{"number": 443, "protocol": "TLS"}],
+        "resolution": "DNS",
+        "clients": [{"service": {"name": "billing", "namespace": "shop", "logicalCloud": "retail"}}],
+        "placement": {"logicalCloud": "retail"},
+    },
+}
+"""An egress intent whose client (billing) no ServiceIntent names: it only calls out."""
 
 
 def to_orders(name: str, peer: str, path: str = "/orders/1", **fields: Any) -> Call:
@@ -133,6 +149,7 @@ EDGE_1_CALLS = [
         sni="outbound_.8080_._.orders.shop.svc.cluster.local",
         peer=CART,
     ),
+    Call("egress-only billing to orders", source="shop/billing-0", port=8080, host="orders.shop.svc.cluster.local"),
 ]
 CORE_1_CALLS = [
     Call(
@@ -163,7 +180,7 @@ EDGE_2_CALLS = [
 
 @pytest.fixture(scope="module")
 def edge_1() -> Verdict:
-    return judge([*stock_gateways(), *workloads("edge-1"), *example_render("edge-1")], EDGE_1_CALLS)
+    return judge([*stock_gateways(), *workloads("edge-1"), *example_render("edge-1", TAX_PROVIDER)], EDGE_1_CALLS)
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +267,12 @@ def test_the_shared_ingress_gateway_still_serves_a_host_no_intent_names(edge_1: 
     result = edge_1.result("a site no intent names, at the ingress gateway")
     assert result.cluster == "outbound|8080||site.web.svc.cluster.local", result.raw
     assert result.allowed, result.raw
+
+
+@pytest.mark.xfail(strict=True, reason="defect #7 of issue 18")
+def test_an_egress_only_client_calls_a_mesh_service_on_its_cluster(edge_1: Verdict) -> None:
+    result = edge_1.result("egress-only billing to orders")
+    assert result.cluster == "outbound|8080||orders.shop.svc.cluster.local", result.raw
 
 
 @pytest.mark.xfail(strict=True, reason="defect #4 of issue 18")

@@ -274,18 +274,20 @@ func (c *cluster) simulationCall(pc *proxyConfig, call Call) (simulation.Call, e
 	return out, nil
 }
 
-// addressOf is the address a sidecar's application connects to for `hostname`: the Service's VIP, or
-// 0.0.0.0 for a service without one (its listener is the wildcard one); a host unknown to istiod gets an
-// address no listener has.
+// addressOf is the address a sidecar's application connects to for `hostname`: the VIP of the service
+// as the proxy sees it, or 0.0.0.0 for one without a VIP (its listener is the wildcard one); for a
+// service out of the proxy's sight, the Kubernetes Service's cluster IP DNS would answer; else an address
+// no listener has.
 func (c *cluster) addressOf(proxy *model.Proxy, hostname string) string {
-	if hostname == "" {
-		return "1.3.3.7"
+	if svc := c.server.PushContext().ServiceForHostname(proxy, host.Name(hostname)); svc != nil {
+		return svc.GetAddressForProxy(proxy)
 	}
-	svc := c.server.PushContext().ServiceForHostname(proxy, host.Name(hostname))
-	if svc == nil {
-		return "1.3.3.7"
+	for _, svc := range c.services {
+		if hostname == svc.Name+"."+svc.Namespace+".svc.cluster.local" && svc.Spec.ClusterIP != "" {
+			return svc.Spec.ClusterIP
+		}
 	}
-	return svc.GetAddressForProxy(proxy)
+	return "1.3.3.7"
 }
 
 // targetPort maps a Service port of a gateway's Service to the port its pod listens on, as kube-proxy does.
