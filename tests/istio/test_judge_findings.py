@@ -108,6 +108,7 @@ EDGE_1_CALLS = [
     to_orders("declared client", CART),
     to_orders("undeclared client", "cluster.local/ns/shop/sa/intruder"),
     to_orders("declared client on a DENY path", CART, path="/orders/admin/keys"),
+    to_orders("declared client on a DENY path, with //", CART, path="/orders//admin/keys"),
     to_orders("declared CIDR client without a sidecar", "", method="GET", tls="plaintext", source_ip="10.20.1.7"),
     to_orders("ingress gateway to orders", INGRESS_IDENTITY, path="/", headers={"x-forwarded-for": "203.0.113.9"}),
     Call("cart to the payment provider", source="shop/cart-0", port=443, host="api.payments.example", protocol="TLS"),
@@ -217,6 +218,13 @@ def test_the_service_sidecar_refuses_an_undeclared_client(edge_1: Verdict) -> No
 
 def test_a_deny_path_refuses_the_declared_client(edge_1: Verdict) -> None:
     result = edge_1.result("declared client on a DENY path")
+    assert result.decision == "deny", result.raw
+    assert "policy[orders-deny]" in result.denied_by
+
+
+def test_a_deny_path_refuses_the_declared_client_also_with_a_double_slash(edge_1: Verdict) -> None:
+    """Issue 18's #10: this Istio merges slashes by default (its connection settings), before RBAC."""
+    result = edge_1.result("declared client on a DENY path, with //")
     assert result.decision == "deny", result.raw
     assert "policy[orders-deny]" in result.denied_by
 
