@@ -23,7 +23,7 @@ from meshplane_testing.istio_judge import (
     stock_gateways,
     workload,
 )
-from meshplane_testing.renders import example_render
+from meshplane_testing.renders import example_render, golden_scenarios
 
 CART = "cluster.local/ns/shop/sa/cart"
 INGRESS_IDENTITY = "cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account"
@@ -185,6 +185,20 @@ def edge_1() -> Verdict:
 
 
 @pytest.fixture(scope="module")
+def egress_golden_core_1() -> Verdict:
+    """The egress golden scenario of core-1, with a workload in ops that no egress intent names."""
+    objects = [*stock_gateways(), namespace("ops"), *workload("ops", "monitor", "10.1.0.70", 9090)]
+    call = Call(
+        "an unrelated TCP call on the proxy's port",
+        source="ops/monitor-0",
+        port=3128,
+        address="198.51.100.7",
+        protocol="TCP",
+    )
+    return judge([*objects, *golden_scenarios()["egress/core-1"]], [call])
+
+
+@pytest.fixture(scope="module")
 def edge_2() -> Verdict:
     return judge([*stock_gateways(), *workloads("edge-2"), *example_render("edge-2")], EDGE_2_CALLS)
 
@@ -281,6 +295,12 @@ def test_the_shared_ingress_gateway_still_serves_a_host_no_intent_names(edge_1: 
 def test_an_egress_only_client_calls_a_mesh_service_on_its_cluster(edge_1: Verdict) -> None:
     result = edge_1.result("egress-only billing to orders")
     assert result.cluster == "outbound|8080||orders.shop.svc.cluster.local", result.raw
+
+
+@pytest.mark.xfail(strict=True, reason="defect #11 of issue 18")
+def test_a_tcp_egress_route_leaves_other_destinations_on_its_port_alone(egress_golden_core_1: Verdict) -> None:
+    result = egress_golden_core_1.result("an unrelated TCP call on the proxy's port")
+    assert result.cluster == "PassthroughCluster", result.raw
 
 
 @pytest.mark.xfail(strict=True, reason="defect #4 of issue 18")
