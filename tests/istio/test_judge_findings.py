@@ -41,6 +41,7 @@ def workloads(cluster: str) -> list[dict[str, Any]]:
         objects += workload("shop", "orders", ORDERS_IP, 8080, cluster_ip="10.96.1.10")
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
         objects += workload("shop", "billing", "10.1.0.60", 8080, cluster_ip="10.96.1.60")
+        objects += workload("shop", "vault", "10.1.0.80", 8200, cluster_ip="10.96.1.80")
         objects += user_owned_site()
     if cluster == "edge-2":
         objects += workload("shop", "cart", CART_IP, 8080, cluster_ip="10.96.1.20")
@@ -48,6 +49,35 @@ def workloads(cluster: str) -> list[dict[str, Any]]:
         objects += workload("ops", "orders", ORDERS_OPS_IP, 8080, cluster_ip="10.96.1.40")
         objects += workload("ops", "reports", REPORTS_IP, 8080, cluster_ip="10.96.1.30")
     return objects
+
+
+def ingress_intent(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    meta = {"name": name, "project": "shop"}
+    return {"apiVersion": "meshplane.io/v1alpha1", "kind": "IngressIntent", "metadata": meta, "spec": spec}
+
+
+VAULT = ingress_intent(
+    "vault",
+    {
+        "hosts": ["vault.example.com"],
+        "entities": [{"name": "direct", "tls": {"mode": "PASSTHROUGH"}}],
+        "routes": [{"match": {"prefix": "/"}, "to": {"service": "vault", "port": 8200}}],
+        "access": [{"action": "ALLOW", "sources": {"ipBlocks": ["0.0.0.0/0"]}}],
+        "placement": {"logicalCloud": "retail"},
+    },
+)
+"""A user-facing host passed through by SNI to the service, which terminates TLS itself."""
+PARTNER = ingress_intent(
+    "partner",
+    {
+        "hosts": ["partner.example.com"],
+        "entities": [{"name": "public", "tls": {"mode": "SIMPLE", "credentialName": "partner-cert"}}],
+        "routes": [{"match": {"prefix": "/"}, "to": {"service": "orders", "port": 8080}}],
+        "access": [{"action": "DENY", "sources": {"requestPrincipals": ["https://idp.example.com/banned"]}}],
+        "placement": {"logicalCloud": "retail"},
+    },
+)
+"""A user-facing host on the same gateway that denies one token subject."""
 
 
 def user_owned_site() -> list[dict[str, Any]]:
@@ -150,6 +180,15 @@ EDGE_1_CALLS = [
         sni="outbound_.8080_._.orders.shop.svc.cluster.local",
         peer=CART,
     ),
+    Call(
+        "a passthrough host at the ingress gateway",
+        source=INGRESS_GATEWAY,
+        router=True,
+        port=443,
+        host="vault.example.com",
+        protocol="TLS",
+        source_ip="203.0.113.9",
+    ),
     Call("egress-only billing to orders", source="shop/billing-0", port=8080, host="orders.shop.svc.cluster.local"),
 ]
 CORE_1_CALLS = [
@@ -181,7 +220,9 @@ EDGE_2_CALLS = [
 
 @pytest.fixture(scope="module")
 def edge_1() -> Verdict:
-    return judge([*stock_gateways(), *workloads("edge-1"), *example_render("edge-1", TAX_PROVIDER)], EDGE_1_CALLS)
+    return judge(
+        [*stock_gateways(), *workloads("edge-1"), *example_render("edge-1", TAX_PROVIDER, VAULT, PARTNER)], EDGE_1_CALLS
+    )
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +323,13 @@ def test_the_service_sidecar_admits_the_ingress_gateway_for_a_user_facing_route(
 def test_the_ingress_gateway_of_a_cluster_without_the_service_has_a_route_to_it(edge_2: Verdict) -> None:
     result = edge_2.result("storefront at the ingress gateway")
     assert result.allowed and result.cluster_known, result.raw
+
+
+@pytest.mark.xfail(strict=True, reason="defect #5 of issue 18")
+def test_a_deny_by_token_on_the_gateway_leaves_a_passthrough_host_open(edge_1: Verdict) -> None:
+    result = edge_1.result("a passthrough host at the ingress gateway")
+    assert result.cluster == "outbound|8200||vault.shop.svc.cluster.local", result.raw
+    assert result.allowed, result.raw
 
 
 @pytest.mark.xfail(strict=True, reason="defect #6 of issue 18")
