@@ -284,6 +284,18 @@ def test_a_deny_path_refuses_the_declared_client_also_with_a_double_slash(edge_1
     assert "policy[orders-deny]" in result.denied_by
 
 
+def test_a_declared_client_is_admitted_under_the_mesh_trust_domain() -> None:
+    """Issue 18's #12 (trust domain): istiod reads the rendered cluster.local principals as the mesh's own
+    trust domain, so a mesh on another one admits its clients, and only them."""
+    calls = [
+        to_orders("acme cart", "acme.example/ns/shop/sa/cart"),
+        to_orders("other cart", "other.example/ns/shop/sa/cart"),
+    ]
+    verdict = judge([*stock_gateways(), *workloads("edge-1"), *example_render("edge-1")], calls, "acme.example")
+    assert verdict.result("acme cart").allowed, verdict.result("acme cart").raw
+    assert verdict.result("other cart").decision == "deny", verdict.result("other cart").raw
+
+
 def test_the_client_sidecar_sends_the_payment_provider_to_the_egress_gateway(edge_1: Verdict) -> None:
     result = edge_1.result("cart to the payment provider")
     assert result.allowed, result.raw
