@@ -120,6 +120,26 @@ func clusterNames(clusters []*clusterpb.Cluster) map[string]bool {
 	return out
 }
 
+// judgeGuarded judges one call in its own goroutine, so that istiod failing on it (a Fatal through the
+// failer, or a panic) makes that call's result an error and leaves the other calls to be judged.
+func (c *cluster) judgeGuarded(t *failer, call Call) Result {
+	var result *Result
+	var crash any
+	_ = t.run(func() {
+		defer func() { crash = recover() }()
+		r := c.judgeCall(call)
+		result = &r
+	})
+	if result != nil {
+		return *result
+	}
+	cause := t.Err()
+	if crash != nil {
+		cause = fmt.Errorf("%v", crash)
+	}
+	return errorResult(Result{Name: call.Name, RBAC: []Decision{}}, fmt.Errorf("istiod failed on this call: %v", cause))
+}
+
 func (c *cluster) judgeCall(call Call) (result Result) {
 	result = Result{Name: call.Name, RBAC: []Decision{}}
 	pc, err := c.proxyFor(call.From, call.Router)

@@ -80,7 +80,7 @@ func judge(input Input) (Output, error) {
 	env := newCluster(server, parsed.kube)
 	results := make([]Result, 0, len(input.Calls))
 	for _, call := range input.Calls {
-		results = append(results, env.judgeCall(call))
+		results = append(results, env.judgeGuarded(t, call))
 	}
 	return Output{
 		Validation:  orEmpty(parsed.validation),
