@@ -6,6 +6,10 @@ object as istiod's admission webhook does, and runs Istio's traffic simulation o
 filter chains and routes istiod generates for a proxy, evaluating the chain's RBAC filters on the way.
 `judge(objects, calls)` answers, per call, which listener, chain, route and cluster it meets and
 whether RBAC lets it through; traffic through real Envoys stays the final judge.
+
+What it does not see: routes are matched by path only (as Istio's simulation does; methods and
+headers count for RBAC, not for routing), certificates and Secrets are not resolved, and ext_authz
+(CUSTOM) policies are not evaluated.
 """
 
 from __future__ import annotations
