@@ -1,0 +1,93 @@
+"""`istioctl analyze`, offline, on what meshplane renders.
+
+Every example cluster and every golden scenario is analyzed with the stock gateways' Services,
+Deployments and Pods beside it (so gateway selectors and ports have something to match), and the
+namespaces its objects live in; an Error or Warning from the analysis is a render defect. The
+defects it reports today are each a test below, marked xfail until the fix that flips it; any other
+message fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from meshplane_testing.istio_judge import istio_version, namespace, stock_gateways
+from meshplane_testing.process import MissingRequirement
+from meshplane_testing.renders import EXAMPLE_CLUSTERS, example_render, golden_scenarios
+
+KNOWN_DEFECTS = {
+    "defect #13 of issue 18": r"IST0106 .*invalid (value for )?gateway name",
+    "defect #5 of issue 18 (a DENY of HTTP attributes only denies every TCP port)": r"IST0133 AuthorizationPolicy .*"
+    r"deny all traffic to TCP ports",
+    "defect #11 of issue 18 (a TCP ServiceEntry without addresses)": r"IST0134 ServiceEntry .*addresses are required",
+    "Sidecar egress hosts that `./*` or `istio-system/*` already cover": r"IST0133 Sidecar .*duplicated egress host",
+}
+
+
+def istioctl() -> Path:
+    cache = Path(
+        os.environ.get("MESHPLANE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "meshplane"
+    )
+    path = cache.expanduser() / f"istio-{istio_version()}" / "istioctl"
+    if not path.is_file():
+        raise MissingRequirement(f"istioctl is not built: {path} (the Istio build of .ci/run makes it)")
+    return path
+
+
+def analyze(objects: list[dict[str, Any]], directory: Path) -> list[str]:
+    """The errors and warnings of `istioctl analyze` on `objects`, with the stock gateways and namespaces."""
+    namespaces = {o["metadata"].get("namespace") for o in objects} - {None, "istio-system"}
+    path = directory / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([*stock_gateways(), *(namespace(n) for n in sorted(namespaces)), *objects]))
+    completed = subprocess.run(
+        [istioctl(), "analyze", "--use-kube=false", "--all-namespaces", "--output", "json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if not completed.stdout.strip().startswith("["):
+        pytest.fail(f"istioctl analyze failed ({completed.returncode}): {completed.stderr}")
+    return [
+        f"{m['code']} {m.get('origin', '')}: {m['message']}"
+        for m in json.loads(completed.stdout)
+        if m["level"] in ("Error", "Warning")
+    ]
+
+
+def scenarios() -> dict[str, list[dict[str, Any]]]:
+    """The example clusters' renders and the golden files, by name."""
+    examples = {f"example/{cluster}": example_render(cluster) for cluster in EXAMPLE_CLUSTERS}
+    return examples | {f"golden/{name}": objects for name, objects in golden_scenarios().items()}
+
+
+@pytest.fixture(scope="module")
+def analyses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    return {name: analyze(objects, tmp_path_factory.mktemp("analyze")) for name, objects in scenarios().items()}
+
+
+def test_analyze_reports_nothing_but_the_known_defects(analyses: dict[str, list[str]]) -> None:
+    unknown = {
+        name: [m for m in messages if not any(re.search(p, m) for p in KNOWN_DEFECTS.values())]
+        for name, messages in analyses.items()
+    }
+    assert {name: messages for name, messages in unknown.items() if messages} == {}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        pytest.param(p, id=reason, marks=pytest.mark.xfail(strict=True, reason=reason))
+        for reason, p in KNOWN_DEFECTS.items()
+    ],
+)
+def test_analyze_no_longer_reports(pattern: str, analyses: dict[str, list[str]]) -> None:
+    found = {name: [m for m in messages if re.search(pattern, m)] for name, messages in analyses.items()}
+    assert {name: messages for name, messages in found.items() if messages} == {}
