@@ -1,0 +1,173 @@
+"""Network namespaces for processes that must each own the same ports (Istio's gateways bind 8080, 8443, 15021…).
+
+A namespace made here holds a loopback interface and the addresses the test gives it, nothing else: no
+veth, no route out, so no packet of it can reach a real network. What it must reach outside (istiod, an
+upstream) or what must reach it (a test's request) goes through a `Forwarder`, which relays TCP between a
+socket opened inside one namespace and one opened in another (a socket keeps the namespace it was made in,
+whichever thread uses it later). Creating namespaces needs root (CI is root); without it the harness raises
+MissingRequirement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import secrets
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from meshplane_testing.process import MissingRequirement, require_binary
+
+_CLONE_NEWNET = 0x40000000
+_T = TypeVar("_T")
+
+
+def _ip(*args: str) -> None:
+    result = subprocess.run([require_binary("ip", "/usr/sbin/ip"), *args], capture_output=True, text=True, timeout=10)
+    if result.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+
+
+@dataclass(frozen=True)
+class NetworkNamespace:
+    """A namespace by its name under /run/netns; `None` in the APIs below means the test's own namespace."""
+
+    name: str
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """`argv` run inside this namespace."""
+        return [require_binary("ip", "/usr/sbin/ip"), "netns", "exec", self.name, *argv]
+
+    def add_address(self, address: str) -> None:
+        """A /32 on the namespace's loopback, so a process here can bind it and peers here can connect to it."""
+        _ip("-n", self.name, "address", "add", f"{address}/32", "dev", "lo")
+
+    def inside(self, action: Callable[[], _T]) -> _T:
+        """`action()` run on a thread that has entered this namespace: the sockets it makes live here."""
+        outcome: list[_T] = []
+        failure: list[BaseException] = []
+
+        def enter_and_run() -> None:
+            try:
+                with open(f"/run/netns/{self.name}") as handle:
+                    if _libc().setns(handle.fileno(), _CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), f"setns into {self.name}")
+                outcome.append(action())
+            except BaseException as exc:  # re-raised on the caller's thread
+                failure.append(exc)
+
+        thread = threading.Thread(target=enter_and_run, name=f"netns-{self.name}")
+        thread.start()
+        thread.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+@contextlib.contextmanager
+def network_namespace(prefix: str = "mp") -> Iterator[NetworkNamespace]:
+    """A fresh namespace with loopback up, deleted at the end; MissingRequirement where namespaces cannot be made."""
+    if os.geteuid() != 0:
+        raise MissingRequirement("network namespaces need root (CI runs as root)")
+    namespace = NetworkNamespace(f"{prefix}-{secrets.token_hex(4)}")
+    try:
+        _ip("netns", "add", namespace.name)
+    except RuntimeError as exc:
+        raise MissingRequirement(f"cannot create a network namespace: {exc}") from None
+    try:
+        _ip("-n", namespace.name, "link", "set", "lo", "up")
+        yield namespace
+    finally:
+        _ip("netns", "delete", namespace.name)
+
+
+Where = NetworkNamespace | None
+"""A namespace, or None for the test's own."""
+
+
+def _in(where: Where, action: Callable[[], _T]) -> _T:
+    return where.inside(action) if where is not None else action()
+
+
+class Forwarder:
+    """Relays every TCP connection accepted on `listen` (in namespace `listen_in`) to `target` (in `target_in`)."""
+
+    def __init__(self, listen_in: Where, listen: tuple[str, int], target_in: Where, target: tuple[str, int]):
+        self.target_in = target_in
+        self.target = target
+        self._listener = _in(listen_in, lambda: _listening_socket(listen))
+        self.address: tuple[str, int] = self._listener.getsockname()[:2]
+        self._closed = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name=f"forward-{listen}", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            upstream = _in(self.target_in, lambda: socket.create_connection(self.target, timeout=5))
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._connections.update((client, upstream))
+        pump = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        pump.start()
+        _pump(client, upstream)
+        pump.join()
+        with self._lock:
+            self._connections.difference_update((client, upstream))
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        with self._lock:
+            for connection in self._connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
+
+
+def _listening_socket(address: tuple[str, int]) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # A workload's pod IP and port may share a port number with a gateway listener (0.0.0.0:8080) in the
+    # same namespace; with SO_REUSEPORT on both (Envoy sets it on its listeners), both bind, and the kernel
+    # gives each connection to the socket bound to its exact address first.
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(address)
+    listener.listen(64)
+    return listener
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until `source` ends, then pass the end on (half-close), as a TCP proxy does."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        sink.shutdown(socket.SHUT_WR)

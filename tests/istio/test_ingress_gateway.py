@@ -1,0 +1,97 @@
+"""The ingress gateway as Istio runs it: istiod reads a Gateway and a VirtualService from the API server
+and configures a real Envoy, which carries a plain HTTP request to the workload the route names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from meshplane_testing.eventually import eventually
+from meshplane_testing.istio import (
+    INGRESS,
+    ISTIO_NAMESPACE,
+    Fleet,
+    Gateway,
+    IstioCluster,
+    ServicePort,
+    Workload,
+    start_gateway,
+)
+from meshplane_testing.upstream import run_upstream
+
+pytestmark = pytest.mark.timeout(300)
+
+HOST = "shop.example.com"
+
+
+@pytest.fixture(scope="module")
+def cluster(fleet: Fleet) -> IstioCluster:
+    return fleet["cluster-a"]
+
+
+@pytest.fixture(scope="module")
+def ingress(cluster: IstioCluster) -> Iterator[Gateway]:
+    with start_gateway(cluster, INGRESS) as gateway:
+        yield gateway
+
+
+def _route_to(service: Workload) -> list[dict]:
+    gateway = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "shop-web", "namespace": ISTIO_NAMESPACE},
+        "spec": {
+            "selector": dict(INGRESS.labels),
+            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": [HOST]}],
+        },
+    }
+    virtual_service = {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "shop-web", "namespace": ISTIO_NAMESPACE},
+        "spec": {
+            "hosts": [HOST],
+            "gateways": [f"{ISTIO_NAMESPACE}/shop-web"],
+            "http": [
+                {
+                    "route": [
+                        {
+                            "destination": {
+                                "host": f"{service.name}.{service.namespace}.svc.cluster.local",
+                                "port": {"number": 80},
+                            }
+                        }
+                    ]
+                }
+            ],
+        },
+    }
+    return [gateway, virtual_service]
+
+
+def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
+    cluster: IstioCluster, ingress: Gateway
+) -> None:
+    with run_upstream("web") as (upstream_port, seen):
+        web = Workload("web", "shop", cluster.new_address(), {"app": "web"}, (ServicePort("http", 80, 8080),))
+        cluster.register_workload(web)
+        ingress.reach(web.address, 8080, upstream_port)
+        cluster.apply_all(_route_to(web))
+        gateway_port = ingress.port(8080)
+
+        def routed() -> httpx.Response | None:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{gateway_port}/orders?id=7", headers={"Host": HOST}, timeout=5)
+            except httpx.HTTPError:
+                return None
+            return response if response.status_code == 200 else None
+
+        response = eventually(routed, timeout=60, what=f"{HOST} routed by the ingress gateway")
+        assert response.json()["upstream"] == "web"
+        assert seen[-1]["path"] == "/orders?id=7"
+        assert seen[-1]["headers"]["host"] == HOST
+
+        unknown = httpx.get(f"http://127.0.0.1:{gateway_port}/", headers={"Host": "other.example.com"}, timeout=5)
+        assert unknown.status_code == 404
