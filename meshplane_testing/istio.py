@@ -401,6 +401,34 @@ EAST_WEST = GatewayKind(
 )
 
 
+def http_route(name: str, kind: GatewayKind, host: str, service: Workload, port: int = 80) -> list[dict[str, Any]]:
+    """A Gateway (HTTP on 80 for `host`, on the gateways of `kind`) and a VirtualService routing it to `service`,
+    both `name` in istio-system: the smallest configuration that makes a gateway carry a request."""
+    metadata = {"name": name, "namespace": ISTIO_NAMESPACE}
+    destination = {"host": f"{service.name}.{service.namespace}.svc.{DOMAIN}", "port": {"number": port}}
+    return [
+        {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "Gateway",
+            "metadata": metadata,
+            "spec": {
+                "selector": dict(kind.labels),
+                "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": [host]}],
+            },
+        },
+        {
+            "apiVersion": "networking.istio.io/v1",
+            "kind": "VirtualService",
+            "metadata": dict(metadata),
+            "spec": {
+                "hosts": [host],
+                "gateways": [f"{ISTIO_NAMESPACE}/{name}"],
+                "http": [{"route": [{"destination": destination}]}],
+            },
+        },
+    ]
+
+
 class Gateway:
     """A running gateway: pilot-agent and its Envoy in their own network namespace."""
 

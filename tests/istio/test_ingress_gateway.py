@@ -11,12 +11,12 @@ import pytest
 from meshplane_testing.eventually import eventually
 from meshplane_testing.istio import (
     INGRESS,
-    ISTIO_NAMESPACE,
     Fleet,
     Gateway,
     IstioCluster,
     ServicePort,
     Workload,
+    http_route,
     start_gateway,
 )
 from meshplane_testing.upstream import run_upstream
@@ -37,40 +37,6 @@ def ingress(cluster: IstioCluster) -> Iterator[Gateway]:
         yield gateway
 
 
-def _route_to(service: Workload) -> list[dict]:
-    gateway = {
-        "apiVersion": "networking.istio.io/v1",
-        "kind": "Gateway",
-        "metadata": {"name": "shop-web", "namespace": ISTIO_NAMESPACE},
-        "spec": {
-            "selector": dict(INGRESS.labels),
-            "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": [HOST]}],
-        },
-    }
-    virtual_service = {
-        "apiVersion": "networking.istio.io/v1",
-        "kind": "VirtualService",
-        "metadata": {"name": "shop-web", "namespace": ISTIO_NAMESPACE},
-        "spec": {
-            "hosts": [HOST],
-            "gateways": [f"{ISTIO_NAMESPACE}/shop-web"],
-            "http": [
-                {
-                    "route": [
-                        {
-                            "destination": {
-                                "host": f"{service.name}.{service.namespace}.svc.cluster.local",
-                                "port": {"number": 80},
-                            }
-                        }
-                    ]
-                }
-            ],
-        },
-    }
-    return [gateway, virtual_service]
-
-
 def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
     cluster: IstioCluster, ingress: Gateway
 ) -> None:
@@ -78,7 +44,7 @@ def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
         web = Workload("web", "shop", cluster.new_address(), {"app": "web"}, (ServicePort("http", 80, 8080),))
         cluster.register_workload(web)
         ingress.reach(web.address, 8080, upstream_port)
-        cluster.apply_all(_route_to(web))
+        cluster.apply_all(http_route("shop-web", INGRESS, HOST, web))
         gateway_port = ingress.port(8080)
 
         def routed() -> httpx.Response | None:
