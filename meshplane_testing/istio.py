@@ -15,13 +15,14 @@ istiod's CA with a ServiceAccount token of the test API server (audience `istio-
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import json
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,8 @@ _CORE_KINDS: dict[str, tuple[str, str]] = {
     "Secret": ("/api/v1", "secrets"),
     "ConfigMap": ("/api/v1", "configmaps"),
     "EndpointSlice": ("/apis/discovery.k8s.io/v1", "endpointslices"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 }
 
 
@@ -124,6 +127,9 @@ class IstioCluster:
     mesh_root: MeshRoot
     log_dir: Path
     kinds: dict[str, tuple[str, str]]
+    gateways: list[Gateway] = field(default_factory=list)
+    """The gateways running now; each reaches every workload served in the test's namespace."""
+    _served: list[tuple[str, int, int]] = field(default_factory=list)
 
     def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of one object of a core kind or an Istio kind; its namespace is created if missing."""
@@ -162,12 +168,26 @@ class IstioCluster:
         the harness gives it to, which have no route out."""
         return next(_POD_ADDRESSES)
 
-    def register_workload(self, workload: Workload) -> None:
-        """Write what a kubelet and the EndpointSlice controller would: a running Pod, its Service and endpoints."""
+    def register_workload(self, workload: Workload, served_at: Mapping[int, int] | None = None) -> None:
+        """Write what a kubelet and the EndpointSlice controller would: a running Pod, its Service and endpoints.
+
+        `served_at` maps a target port of the workload to the port of the test's 127.0.0.1 where its process
+        listens; every gateway of the cluster, running or started later, reaches it at the pod IP.
+        """
         self.apply(workload.pod())
         self._set_pod_running(workload)
         self.apply(workload.service())
         self.apply(workload.endpoint_slice())
+        for target_port, local_port in (served_at or {}).items():
+            self._served.append((workload.address, target_port, local_port))
+            for gateway in self.gateways:
+                gateway.reach(workload.address, target_port, local_port)
+
+    def attach(self, gateway: Gateway) -> None:
+        """A gateway starts: it reaches every workload served so far."""
+        for address, target_port, local_port in self._served:
+            gateway.reach(address, target_port, local_port)
+        self.gateways.append(gateway)
 
     def _set_pod_running(self, workload: Workload) -> None:
         status = {
@@ -401,20 +421,24 @@ EAST_WEST = GatewayKind(
 )
 
 
-def http_route(name: str, kind: GatewayKind, host: str, service: Workload, port: int = 80) -> list[dict[str, Any]]:
-    """A Gateway (HTTP on 80 for `host`, on the gateways of `kind`) and a VirtualService routing it to `service`,
-    both `name` in istio-system: the smallest configuration that makes a gateway carry a request."""
+def http_route(
+    name: str, kind: GatewayKind, host: str, service: Workload, port: int = 80, credential: str | None = None
+) -> list[dict[str, Any]]:
+    """A Gateway (for `host`, on the gateways of `kind`) and a VirtualService routing it to `service`, both
+    `name` in istio-system: the smallest configuration that makes a gateway carry a request. The server is
+    HTTP on 80, or with `credential` (a TLS Secret of istio-system) HTTPS on 443."""
     metadata = {"name": name, "namespace": ISTIO_NAMESPACE}
+    server: dict[str, Any] = {"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": [host]}
+    if credential:
+        server["port"] = {"number": 443, "name": "https", "protocol": "HTTPS"}
+        server["tls"] = {"mode": "SIMPLE", "credentialName": credential}
     destination = {"host": f"{service.name}.{service.namespace}.svc.{DOMAIN}", "port": {"number": port}}
     return [
         {
             "apiVersion": "networking.istio.io/v1",
             "kind": "Gateway",
             "metadata": metadata,
-            "spec": {
-                "selector": dict(kind.labels),
-                "servers": [{"port": {"number": 80, "name": "http", "protocol": "HTTP"}, "hosts": [host]}],
-            },
+            "spec": {"selector": dict(kind.labels), "servers": [server]},
         },
         {
             "apiVersion": "networking.istio.io/v1",
@@ -427,6 +451,20 @@ def http_route(name: str, kind: GatewayKind, host: str, service: Workload, port:
             },
         },
     ]
+
+
+def tls_secret(name: str, certificate_pem: bytes, key_pem: bytes, namespace: str = ISTIO_NAMESPACE) -> dict[str, Any]:
+    """A `kubernetes.io/tls` Secret, as a Gateway's `credentialName` names it (in the gateway's namespace)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "kubernetes.io/tls",
+        "data": {
+            "tls.crt": base64.b64encode(certificate_pem).decode(),
+            "tls.key": base64.b64encode(key_pem).decode(),
+        },
+    }
 
 
 class Gateway:
@@ -483,6 +521,29 @@ def _gateway_environment(cluster: IstioCluster, kind: GatewayKind, workload: Wor
     }
 
 
+def _secret_reader(workload: Workload) -> list[dict[str, Any]]:
+    """A gateway may read the Secrets of its namespace, as Istio's gateway chart grants it: istiod serves a
+    `credentialName` only to a proxy whose ServiceAccount may (it asks the API server)."""
+    name = f"{workload.name}-sds"
+    metadata = {"name": name, "namespace": workload.namespace}
+    rbac = "rbac.authorization.k8s.io/v1"
+    return [
+        {
+            "apiVersion": rbac,
+            "kind": "Role",
+            "metadata": metadata,
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "watch", "list"]}],
+        },
+        {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": dict(metadata),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": workload.service_account, "namespace": workload.namespace}],
+        },
+    ]
+
+
 def _gateway_home(cluster: IstioCluster, workload: Workload) -> Path:
     """The agent's working directory, laid out as the paths Istio's images mount (its sockets live here too,
     so the path is short: a Unix socket path has at most 107 bytes)."""
@@ -520,6 +581,7 @@ def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.
         service_account=f"{kind.name}-service-account",
     )
     cluster.register_workload(workload)
+    cluster.apply_all(_secret_reader(workload))
     home = _gateway_home(cluster, workload)
     env = _gateway_environment(cluster, kind, workload, home / "root-cert.pem")
     try:
@@ -548,9 +610,11 @@ def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.
                     envoy = EnvoyProcess(process, admin.address[1])
                     process.wait_ready(lambda: _live(envoy), timeout, f"{kind.name} of {cluster.name} LIVE")
                     gateway = Gateway(kind, workload, namespace, envoy)
+                    cluster.attach(gateway)
                     try:
                         yield gateway
                     finally:
+                        cluster.gateways.remove(gateway)
                         gateway.close()
             finally:
                 admin.close()

@@ -3,11 +3,13 @@ and configures a real Envoy, which carries a plain HTTP request to the workload 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from meshplane.security.ca import create_ca, issue_server_certificate
 from meshplane_testing.eventually import eventually
 from meshplane_testing.istio import (
     INGRESS,
@@ -18,12 +20,14 @@ from meshplane_testing.istio import (
     Workload,
     http_route,
     start_gateway,
+    tls_secret,
 )
 from meshplane_testing.upstream import run_upstream
 
 pytestmark = pytest.mark.timeout(300)
 
 HOST = "shop.example.com"
+SECURE_HOST = "pay.example.com"
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +46,7 @@ def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
 ) -> None:
     with run_upstream("web") as (upstream_port, seen):
         web = Workload("web", "shop", cluster.new_address(), {"app": "web"}, (ServicePort("http", 80, 8080),))
-        cluster.register_workload(web)
-        ingress.reach(web.address, 8080, upstream_port)
+        cluster.register_workload(web, served_at={8080: upstream_port})
         cluster.apply_all(http_route("shop-web", INGRESS, HOST, web))
         gateway_port = ingress.port(8080)
 
@@ -61,3 +64,33 @@ def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
 
         unknown = httpx.get(f"http://127.0.0.1:{gateway_port}/", headers={"Host": "other.example.com"}, timeout=5)
         assert unknown.status_code == 404
+
+
+def test_https_with_the_gateways_credential_reaches_the_workload(cluster: IstioCluster, ingress: Gateway) -> None:
+    ca = create_ca()
+    served = issue_server_certificate(ca, [SECURE_HOST])
+    with run_upstream("secure-web") as (upstream_port, seen):
+        web = Workload(
+            "secure-web", "shop", cluster.new_address(), {"app": "secure-web"}, (ServicePort("http", 80, 8080),)
+        )
+        cluster.register_workload(web, served_at={8080: upstream_port})
+        cluster.apply(tls_secret("secure-shop-cert", served.certificate_pem(), served.key_pem()))
+        cluster.apply_all(http_route("secure-shop", INGRESS, SECURE_HOST, web, credential="secure-shop-cert"))
+        gateway_port = ingress.port(8443)
+        trust = ssl.create_default_context(cadata=ca.certificate_pem().decode())
+
+        def routed() -> httpx.Response | None:
+            try:
+                with httpx.Client(verify=trust, timeout=5) as client:
+                    response = client.get(
+                        f"https://127.0.0.1:{gateway_port}/pay",
+                        headers={"Host": SECURE_HOST},
+                        extensions={"sni_hostname": SECURE_HOST},
+                    )
+            except httpx.HTTPError:
+                return None
+            return response if response.status_code == 200 else None
+
+        response = eventually(routed, timeout=60, what=f"{SECURE_HOST} served over TLS by the ingress gateway")
+        assert response.json()["upstream"] == "secure-web"
+        assert seen[-1]["headers"]["x-forwarded-proto"] == "https"
