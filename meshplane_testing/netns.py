@@ -1,11 +1,13 @@
 """Network namespaces for processes that must each own the same ports (Istio's gateways bind 8080, 8443, 15021…).
 
-A namespace made here holds a loopback interface and the addresses the test gives it, nothing else: no
-veth, no route out, so no packet of it can reach a real network. What it must reach outside (istiod, an
-upstream) or what must reach it (a test's request) goes through a `Forwarder`, which relays TCP between a
-socket opened inside one namespace and one opened in another (a socket keeps the namespace it was made in,
-whichever thread uses it later). Creating namespaces needs root (CI is root); without it the harness raises
-MissingRequirement.
+The namespaces of a test run meet on a `Fabric`: a namespace of its own holding a bridge, to which each
+joins with a veth pair and its pod IP, so gateways and workloads reach each other at their pod IPs as in
+a cluster network. Nothing joins the test's own namespace: the fabric has no route out, and no packet of
+it can reach a real network. What must cross between the fabric and the test's namespace (a gateway to
+istiod, a test's request to a gateway, a gateway to a workload process of the test) goes through a
+`Forwarder`, which relays TCP between a socket opened inside one namespace and one opened in another (a
+socket keeps the namespace it was made in, whichever thread uses it later). Creating namespaces needs
+root (CI is root); without it the harness raises MissingRequirement.
 """
 
 from __future__ import annotations
@@ -42,10 +44,6 @@ class NetworkNamespace:
     def command(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside this namespace."""
         return [require_binary("ip", "/usr/sbin/ip"), "netns", "exec", self.name, *argv]
-
-    def add_address(self, address: str) -> None:
-        """A /32 on the namespace's loopback, so a process here can bind it and peers here can connect to it."""
-        _ip("-n", self.name, "address", "add", f"{address}/32", "dev", "lo")
 
     def inside(self, action: Callable[[], _T]) -> _T:
         """`action()` run on a thread that has entered this namespace: the sockets it makes live here."""
@@ -88,6 +86,32 @@ def network_namespace(prefix: str = "mp") -> Iterator[NetworkNamespace]:
         yield namespace
     finally:
         _ip("netns", "delete", namespace.name)
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """A bridge in a namespace of its own: the one link layer of every namespace that joins it."""
+
+    namespace: NetworkNamespace
+    prefix_length: int
+
+    def join(self, member: NetworkNamespace, address: str) -> None:
+        """A veth from `member` (its `eth0`, with `address`) to the bridge."""
+        port = f"v{secrets.token_hex(4)}"
+        fabric = self.namespace.name
+        _ip("-n", fabric, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", member.name)
+        _ip("-n", fabric, "link", "set", port, "master", "br0", "up")
+        _ip("-n", member.name, "address", "add", f"{address}/{self.prefix_length}", "dev", "eth0")
+        _ip("-n", member.name, "link", "set", "eth0", "up")
+
+
+@contextlib.contextmanager
+def start_fabric(prefix_length: int = 16) -> Iterator[Fabric]:
+    """A fresh fabric; deleting its namespace at the end removes the bridge and every veth on it."""
+    with network_namespace("mp-fabric") as namespace:
+        _ip("-n", namespace.name, "link", "add", "br0", "type", "bridge")
+        _ip("-n", namespace.name, "link", "set", "br0", "up")
+        yield Fabric(namespace, prefix_length)
 
 
 Where = NetworkNamespace | None
@@ -153,10 +177,6 @@ class Forwarder:
 def _listening_socket(address: tuple[str, int]) -> socket.socket:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # A workload's pod IP and port may share a port number with a gateway listener (0.0.0.0:8080) in the
-    # same namespace; with SO_REUSEPORT on both (Envoy sets it on its listeners), both bind, and the kernel
-    # gives each connection to the socket bound to its exact address first.
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind(address)
     listener.listen(64)
     return listener

@@ -46,11 +46,8 @@ def _status(port: int, host: str) -> int | None:
 def test_the_ingress_and_the_egress_gateway_each_serve_their_own_hosts_on_8080(
     cluster: IstioCluster, gateways: dict[str, Gateway]
 ) -> None:
-    with run_upstream("echo") as (upstream_port, _):
-        echo = Workload(
-            "echo", "side-by-side", cluster.new_address(), {"app": "echo"}, (ServicePort("http", 80, 9080),)
-        )
-        cluster.register_workload(echo, served_at={9080: upstream_port})
+    echo = Workload("echo", "side-by-side", cluster.new_address(), {"app": "echo"}, (ServicePort("http", 80, 8080),))
+    with run_upstream("echo") as (upstream_port, _), cluster.serve(echo, {8080: upstream_port}):
         cluster.apply_all(http_route("inbound", INGRESS, "inbound.example.com", echo))
         cluster.apply_all(http_route("outbound", EGRESS, "outbound.example.com", echo))
         ingress, egress = gateways["ingress"].port(8080), gateways["egress"].port(8080)

@@ -44,9 +44,8 @@ def ingress(cluster: IstioCluster) -> Iterator[Gateway]:
 def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
     cluster: IstioCluster, ingress: Gateway
 ) -> None:
-    with run_upstream("web") as (upstream_port, seen):
-        web = Workload("web", "shop", cluster.new_address(), {"app": "web"}, (ServicePort("http", 80, 8080),))
-        cluster.register_workload(web, served_at={8080: upstream_port})
+    web = Workload("web", "shop", cluster.new_address(), {"app": "web"}, (ServicePort("http", 80, 8080),))
+    with run_upstream("web") as (upstream_port, seen), cluster.serve(web, {8080: upstream_port}):
         cluster.apply_all(http_route("shop-web", INGRESS, HOST, web))
         gateway_port = ingress.port(8080)
 
@@ -69,11 +68,8 @@ def test_a_request_for_a_routed_host_reaches_the_workload_through_the_gateway(
 def test_https_with_the_gateways_credential_reaches_the_workload(cluster: IstioCluster, ingress: Gateway) -> None:
     ca = create_ca()
     served = issue_server_certificate(ca, [SECURE_HOST])
-    with run_upstream("secure-web") as (upstream_port, seen):
-        web = Workload(
-            "secure-web", "shop", cluster.new_address(), {"app": "secure-web"}, (ServicePort("http", 80, 8080),)
-        )
-        cluster.register_workload(web, served_at={8080: upstream_port})
+    web = Workload("secure-web", "shop", cluster.new_address(), {"app": "secure-web"}, (ServicePort("http", 80, 8080),))
+    with run_upstream("secure-web") as (upstream_port, seen), cluster.serve(web, {8080: upstream_port}):
         cluster.apply(tls_secret("secure-shop-cert", served.certificate_pem(), served.key_pem()))
         cluster.apply_all(http_route("secure-shop", INGRESS, SECURE_HOST, web, credential="secure-shop-cert"))
         gateway_port = ingress.port(8443)
