@@ -21,7 +21,9 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,10 +36,18 @@ from cryptography import x509
 
 from meshplane_testing.envoy import EnvoyProcess, envoy_binary
 from meshplane_testing.istio_certificates import request_workload_certificate
-from meshplane_testing.kube import KubeAPIServer, KubeError, cache_dir, start_kube_apiserver
+from meshplane_testing.kube import SERVICE_CIDR, KubeAPIServer, KubeError, cache_dir, start_kube_apiserver
 from meshplane_testing.mesh_ca import MeshRoot
-from meshplane_testing.netns import Fabric, Forwarder, NetworkNamespace, network_namespace, start_fabric
-from meshplane_testing.process import MissingRequirement, Process, free_port, running
+from meshplane_testing.netns import (
+    Fabric,
+    Forwarder,
+    NetworkNamespace,
+    Response,
+    http_get,
+    network_namespace,
+    start_fabric,
+)
+from meshplane_testing.process import MissingRequirement, Process, free_port, require_binary, running
 
 REPO = Path(__file__).resolve().parents[1]
 ISTIO_VERSION = (REPO / "scripts" / "istio-version").read_text().strip()
@@ -46,9 +56,11 @@ ISTIOD_HOST = f"istiod.{ISTIO_NAMESPACE}.svc"
 """The name istiod's serving certificate carries (from the mesh's discoveryAddress) and gateways verify."""
 CA_AUDIENCE = "istio-ca"
 DOMAIN = "cluster.local"
-ISTIOD_PORT_IN_GATEWAY = 15012
-"""Where a gateway's namespace reaches its istiod (forwarded to istiod's secure gRPC port)."""
+ISTIOD_PORT_IN_PROXY = 15012
+"""Where a proxy's namespace reaches its istiod (forwarded to istiod's secure gRPC port)."""
 ENVOY_ADMIN_PORT = 15000
+PROXY_UID = 1337
+"""The user Istio's sidecar runs as; istio-iptables leaves its own connections uncaptured."""
 _POD_ADDRESSES = (f"10.80.{i // 250}.{i % 250 + 2}" for i in itertools.count())
 
 
@@ -175,19 +187,28 @@ class IstioCluster:
         self.apply(workload.endpoint_slice())
 
     @contextlib.contextmanager
-    def serve(self, workload: Workload, served_at: Mapping[int, int]) -> Iterator[NetworkNamespace]:
+    def serve(self, workload: Workload, served_at: Mapping[int, int] | None = None) -> Iterator[Pod]:
         """`workload` registered and on the fabric at its pod IP, in a namespace of its own, where each of its
         target ports relays to the port of the test's 127.0.0.1 where a process of the test listens
-        (`served_at`: target port -> local port). Yields the namespace; the relays stop at the end."""
+        (`served_at`: target port -> local port). With `workload.sidecar`, the pod has Istio's sidecar:
+        istio-iptables captures its traffic to an Envoy run by `pilot-agent proxy sidecar`."""
         with network_namespace("mp-pod") as namespace:
             self.fabric.join(namespace, workload.address)
             forwarders = [
                 Forwarder(namespace, (workload.address, target), None, ("127.0.0.1", local))
-                for target, local in served_at.items()
+                for target, local in (served_at or {}).items()
             ]
             try:
                 self.register_workload(workload)
-                yield namespace
+                if not workload.sidecar:
+                    yield Pod(workload, namespace, None)
+                    return
+                # Cluster IPs have no endpoint anywhere: the capture takes connections to them before routing
+                # would, but a connect() needs a route first.
+                namespace.route(SERVICE_CIDR)
+                capture_traffic(namespace)
+                with run_proxy(self, workload, namespace, "sidecar", workload.name, user=PROXY_UID) as envoy:
+                    yield Pod(workload, namespace, envoy)
             finally:
                 for forwarder in forwarders:
                     forwarder.close()
@@ -211,6 +232,19 @@ class IstioCluster:
 
 
 @dataclass(frozen=True)
+class Pod:
+    """A served workload: its network namespace, and its sidecar's Envoy if it has one."""
+
+    workload: Workload
+    namespace: NetworkNamespace
+    sidecar: EnvoyProcess | None
+
+    def request(self, host: str, port: int, path: str = "/", headers: Mapping[str, str] | None = None) -> Response:
+        """An HTTP GET made from inside the pod, as its application would (through its sidecar, if it has one)."""
+        return http_get(self.namespace, host, port, path, headers)
+
+
+@dataclass(frozen=True)
 class ServicePort:
     name: str
     port: int
@@ -228,12 +262,24 @@ class Workload:
     labels: Mapping[str, str]
     ports: tuple[ServicePort, ...]
     service_account: str = "default"
+    sidecar: bool = False
+
+    def pod_labels(self) -> dict[str, str]:
+        """The Service's labels, and on a pod with a sidecar those Istio's injector adds: istiod sends mTLS
+        only to endpoints labelled `security.istio.io/tlsMode: istio`."""
+        if not self.sidecar:
+            return dict(self.labels)
+        return {
+            **self.labels,
+            "security.istio.io/tlsMode": "istio",
+            "service.istio.io/canonical-name": self.name,
+        }
 
     def pod(self) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": self.name, "namespace": self.namespace, "labels": dict(self.labels)},
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": self.pod_labels()},
             "spec": {
                 "serviceAccountName": self.service_account,
                 "automountServiceAccountToken": False,
@@ -495,9 +541,10 @@ class Gateway:
             forwarder.close()
 
 
-def _gateway_environment(cluster: IstioCluster, kind: GatewayKind, workload: Workload, root: Path) -> dict[str, str]:
+def _proxy_environment(cluster: IstioCluster, workload: Workload, owner: str, root: Path) -> dict[str, str]:
+    """What Istio's injected container or gateway Deployment gives pilot-agent, for a workload of no pod."""
     proxy_config = {
-        "discoveryAddress": f"127.0.0.1:{ISTIOD_PORT_IN_GATEWAY}",
+        "discoveryAddress": f"127.0.0.1:{ISTIOD_PORT_IN_PROXY}",
         "binaryPath": envoy_binary(),
         "configPath": "./etc/istio/proxy",
         "proxyAdminPort": ENVOY_ADMIN_PORT,
@@ -511,10 +558,9 @@ def _gateway_environment(cluster: IstioCluster, kind: GatewayKind, workload: Wor
         "INSTANCE_IP": workload.address,
         "SERVICE_ACCOUNT": workload.service_account,
         "ISTIO_META_CLUSTER_ID": cluster.name,
-        "ISTIO_META_WORKLOAD_NAME": kind.name,
-        "ISTIO_META_OWNER": f"kubernetes://apis/apps/v1/namespaces/{workload.namespace}/deployments/{kind.name}",
-        "ISTIO_METAJSON_LABELS": json.dumps(dict(workload.labels)),
-        "ISTIO_META_ROUTER_MODE": kind.router_mode,
+        "ISTIO_META_WORKLOAD_NAME": owner,
+        "ISTIO_META_OWNER": f"kubernetes://apis/apps/v1/namespaces/{workload.namespace}/deployments/{owner}",
+        "ISTIO_METAJSON_LABELS": json.dumps(dict(workload.pod_labels())),
         "PROXY_CONFIG": json.dumps(proxy_config),
         "CA_ROOT_CA": str(root),
         "XDS_ROOT_CA": str(root),
@@ -546,9 +592,9 @@ def _secret_reader(workload: Workload) -> list[dict[str, Any]]:
     ]
 
 
-def _gateway_home(cluster: IstioCluster, workload: Workload) -> Path:
-    """The agent's working directory, laid out as the paths Istio's images mount (its sockets live here too,
-    so the path is short: a Unix socket path has at most 107 bytes)."""
+def _proxy_home(cluster: IstioCluster, workload: Workload, owner_uid: int | None) -> Path:
+    """pilot-agent's working directory, laid out as the paths Istio's images mount (its sockets live here too,
+    so the path is short: a Unix socket path has at most 107 bytes); owned by the proxy's user."""
     home = Path(tempfile.mkdtemp(prefix="mpgw-"))
     token = cluster.kube.service_account_token(workload.namespace, workload.service_account, audiences=[CA_AUDIENCE])
     tokens = home / "var/run/secrets/tokens"
@@ -559,7 +605,32 @@ def _gateway_home(cluster: IstioCluster, workload: Workload) -> Path:
     shutil.copy(istio_file("envoy_bootstrap_tmpl.json"), envoy_dir / "envoy_bootstrap_tmpl.json")
     (home / "etc/istio/proxy").mkdir(parents=True)
     (home / "root-cert.pem").write_bytes(cluster.mesh_root.root_pem())
+    if owner_uid is not None:
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, owner_uid, owner_uid)
     return home
+
+
+def capture_traffic(namespace: NetworkNamespace) -> None:
+    """What istio-init does in a pod: every inbound and outbound TCP connection redirected to Envoy (15006 in,
+    15001 out), except the proxy's own and its ports (15020 agent, 15021 health, 15090 stats)."""
+    argv = [
+        str(istio_file("pilot-agent")),
+        "istio-iptables",
+        "--envoy-port=15001",
+        "--inbound-capture-port=15006",
+        f"--proxy-uid={PROXY_UID}",
+        f"--proxy-gid={PROXY_UID}",
+        "--istio-inbound-interception-mode=REDIRECT",
+        "--istio-service-cidr=*",
+        "--istio-inbound-ports=*",
+        "--istio-local-exclude-ports=15090,15021,15020",
+    ]
+    result = subprocess.run(namespace.command(argv), capture_output=True, text=True, timeout=60, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"istio-iptables in {namespace.name} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
 
 
 def _live(envoy: EnvoyProcess) -> bool:
@@ -571,9 +642,56 @@ def _live(envoy: EnvoyProcess) -> bool:
 
 
 @contextlib.contextmanager
+def run_proxy(
+    cluster: IstioCluster,
+    workload: Workload,
+    namespace: NetworkNamespace,
+    role: str,
+    owner: str,
+    env: Mapping[str, str] | None = None,
+    user: int | None = None,
+    timeout: float = 60.0,
+) -> Iterator[EnvoyProcess]:
+    """`pilot-agent proxy <role>` (router or sidecar) for `workload` inside `namespace`, as `user` (a sidecar's
+    Envoy runs as PROXY_UID, which the traffic capture exempts), until its Envoy has its first configuration."""
+    agent = str(istio_file("pilot-agent"))
+    home = _proxy_home(cluster, workload, user)
+    environment = {**_proxy_environment(cluster, workload, owner, home / "root-cert.pem"), **(env or {})}
+    command = [
+        agent,
+        "proxy",
+        role,
+        f"--domain={workload.namespace}.svc.{DOMAIN}",
+        "--proxyLogLevel=warning",
+        "--log_output_level=default:info",
+    ]
+    if user is not None:
+        command = [
+            require_binary("setpriv", "/usr/bin/setpriv"),
+            f"--reuid={user}",
+            f"--regid={user}",
+            "--clear-groups",
+            *command,
+        ]
+    to_istiod = Forwarder(
+        namespace, ("127.0.0.1", ISTIOD_PORT_IN_PROXY), None, ("127.0.0.1", cluster.istiod.secure_grpc_port)
+    )
+    admin = Forwarder(None, ("127.0.0.1", 0), namespace, ("127.0.0.1", ENVOY_ADMIN_PORT))
+    log = cluster.log_dir / f"{workload.namespace}-{workload.name}-proxy.log"
+    try:
+        with running(namespace.command(command), log, env=environment, cwd=home) as process:
+            envoy = EnvoyProcess(process, admin.address[1])
+            process.wait_ready(lambda: _live(envoy), timeout, f"the proxy of {workload.name} in {cluster.name} LIVE")
+            yield envoy
+    finally:
+        admin.close()
+        to_istiod.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0) -> Iterator[Gateway]:
     """A stock gateway of `cluster`, registered with its API server and configured by its istiod."""
-    agent = str(istio_file("pilot-agent"))
     workload = Workload(
         kind.name,
         ISTIO_NAMESPACE,
@@ -584,40 +702,12 @@ def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.
     )
     cluster.register_workload(workload)
     cluster.apply_all(_secret_reader(workload))
-    home = _gateway_home(cluster, workload)
-    env = _gateway_environment(cluster, kind, workload, home / "root-cert.pem")
-    try:
-        with network_namespace(f"mp-{kind.name.removeprefix('istio-')[:8]}") as namespace:
-            cluster.fabric.join(namespace, workload.address)
-            to_istiod = Forwarder(
-                namespace,
-                ("127.0.0.1", ISTIOD_PORT_IN_GATEWAY),
-                None,
-                ("127.0.0.1", cluster.istiod.secure_grpc_port),
-            )
-            admin = Forwarder(None, ("127.0.0.1", 0), namespace, ("127.0.0.1", ENVOY_ADMIN_PORT))
-            argv = namespace.command(
-                [
-                    agent,
-                    "proxy",
-                    "router",
-                    f"--domain={ISTIO_NAMESPACE}.svc.{DOMAIN}",
-                    "--proxyLogLevel=warning",
-                    "--log_output_level=default:info",
-                ]
-            )
-            log = cluster.log_dir / f"{kind.name}.log"
+    with network_namespace(f"mp-{kind.name.removeprefix('istio-')[:8]}") as namespace:
+        cluster.fabric.join(namespace, workload.address)
+        router_mode = {"ISTIO_META_ROUTER_MODE": kind.router_mode}
+        with run_proxy(cluster, workload, namespace, "router", kind.name, router_mode, timeout=timeout) as envoy:
+            gateway = Gateway(kind, workload, namespace, envoy)
             try:
-                with running(argv, log, env=env, cwd=home) as process:
-                    envoy = EnvoyProcess(process, admin.address[1])
-                    process.wait_ready(lambda: _live(envoy), timeout, f"{kind.name} of {cluster.name} LIVE")
-                    gateway = Gateway(kind, workload, namespace, envoy)
-                    try:
-                        yield gateway
-                    finally:
-                        gateway.close()
+                yield gateway
             finally:
-                admin.close()
-                to_istiod.close()
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
+                gateway.close()

@@ -40,6 +40,8 @@ ADMIN_USER = "meshplane-test-admin"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 FIELD_MANAGER = "meshplane-tests"
+SERVICE_CIDR = "10.96.0.0/16"
+"""Where the API server allocates Services' cluster IPs."""
 ORDERS_SERVICE = {"host": "orders.shop.svc", "port": 8080}
 """A backend by its in-cluster Service name, as an API delivered to a cluster names it."""
 # tmpfs where there is one: etcd fsyncs every write, and this etcd has no flag to stop it.
@@ -218,7 +220,7 @@ def start_kube_apiserver(log_dir: Path, crds: Iterable[Mapping[str, Any]] = ()) 
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={home / 'service-accounts.pub'}",
                 f"--service-account-signing-key-file={home / 'service-accounts.key'}",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # No token controller runs to mount tokens into pods, so the plugin would reject them (envtest too).
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true",

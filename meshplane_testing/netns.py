@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import os
 import secrets
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -44,6 +45,10 @@ class NetworkNamespace:
     def command(self, argv: Sequence[str]) -> list[str]:
         """`argv` run inside this namespace."""
         return [require_binary("ip", "/usr/sbin/ip"), "netns", "exec", self.name, *argv]
+
+    def route(self, destination: str) -> None:
+        """`destination` on-link via the fabric (`eth0`); the fabric has no way out, whatever the destination."""
+        _ip("-n", self.name, "route", "add", destination, "dev", "eth0")
 
     def inside(self, action: Callable[[], _T]) -> _T:
         """`action()` run on a thread that has entered this namespace: the sockets it makes live here."""
@@ -191,3 +196,25 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         pass
     with contextlib.suppress(OSError):
         sink.shutdown(socket.SHUT_WR)
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def http_get(
+    where: NetworkNamespace, host: str, port: int, path: str = "/", headers: Mapping[str, str] | None = None
+) -> Response:
+    """One HTTP/1.1 GET from inside `where`, on a connection opened there (so its capture rules apply)."""
+    sock = where.inside(lambda: socket.create_connection((host, port), timeout=10))
+    connection = http.client.HTTPConnection(host, port, timeout=10)
+    connection.sock = sock
+    try:
+        connection.request("GET", path, headers=dict(headers or {}))
+        response = connection.getresponse()
+        return Response(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
+    finally:
+        connection.close()
