@@ -506,6 +506,26 @@ def http_route(
     ]
 
 
+def cross_network_gateway() -> dict[str, Any]:
+    """The Gateway Istio's multi-network setup puts on the east-west gateway: mTLS from other clusters on 15443,
+    passed through by SNI (`outbound_.<port>_._.<host>`) to this cluster's pods, whose sidecars terminate it."""
+    return {
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "cross-network-gateway", "namespace": ISTIO_NAMESPACE},
+        "spec": {
+            "selector": dict(EAST_WEST.labels),
+            "servers": [
+                {
+                    "port": {"number": 15443, "name": "tls", "protocol": "TLS"},
+                    "tls": {"mode": "AUTO_PASSTHROUGH"},
+                    "hosts": ["*.local"],
+                }
+            ],
+        },
+    }
+
+
 def tls_secret(name: str, certificate_pem: bytes, key_pem: bytes, namespace: str = ISTIO_NAMESPACE) -> dict[str, Any]:
     """A `kubernetes.io/tls` Secret, as a Gateway's `credentialName` names it (in the gateway's namespace)."""
     return {
