@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -192,26 +193,17 @@ class IstioCluster:
         target ports relays to the port of the test's 127.0.0.1 where a process of the test listens
         (`served_at`: target port -> local port). With `workload.sidecar`, the pod has Istio's sidecar:
         istio-iptables captures its traffic to an Envoy run by `pilot-agent proxy sidecar`."""
-        with network_namespace("mp-pod") as namespace:
-            self.fabric.join(namespace, workload.address)
-            forwarders = [
-                Forwarder(namespace, (workload.address, target), None, ("127.0.0.1", local))
-                for target, local in (served_at or {}).items()
-            ]
-            try:
-                self.register_workload(workload)
-                if not workload.sidecar:
-                    yield Pod(workload, namespace, None)
-                    return
-                # Cluster IPs have no endpoint anywhere: the capture takes connections to them before routing
-                # would, but a connect() needs a route first.
-                namespace.route(SERVICE_CIDR)
-                capture_traffic(namespace)
-                with run_proxy(self, workload, namespace, "sidecar", workload.name, user=PROXY_UID) as envoy:
-                    yield Pod(workload, namespace, envoy)
-            finally:
-                for forwarder in forwarders:
-                    forwarder.close()
+        with self.fabric.host(workload.address, served_at or {}, prefix="mp-pod") as namespace:
+            self.register_workload(workload)
+            if not workload.sidecar:
+                yield Pod(workload, namespace, None)
+                return
+            # Cluster IPs have no endpoint anywhere: the capture takes connections to them before routing
+            # would, but a connect() needs a route first.
+            namespace.route(SERVICE_CIDR)
+            capture_traffic(namespace)
+            with run_proxy(self, workload, namespace, "sidecar", workload.name, user=PROXY_UID) as envoy:
+                yield Pod(workload, namespace, envoy)
 
     def _set_pod_running(self, workload: Workload) -> None:
         status = {
@@ -239,9 +231,17 @@ class Pod:
     namespace: NetworkNamespace
     sidecar: EnvoyProcess | None
 
-    def request(self, host: str, port: int, path: str = "/", headers: Mapping[str, str] | None = None) -> Response:
+    def request(
+        self,
+        host: str,
+        port: int,
+        path: str = "/",
+        headers: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
+        server_name: str | None = None,
+    ) -> Response:
         """An HTTP GET made from inside the pod, as its application would (through its sidecar, if it has one)."""
-        return http_get(self.namespace, host, port, path, headers)
+        return http_get(self.namespace, host, port, path, headers, tls, server_name)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import http.client
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -108,6 +109,22 @@ class Fabric:
         _ip("-n", fabric, "link", "set", port, "master", "br0", "up")
         _ip("-n", member.name, "address", "add", f"{address}/{self.prefix_length}", "dev", "eth0")
         _ip("-n", member.name, "link", "set", "eth0", "up")
+
+    @contextlib.contextmanager
+    def host(self, address: str, served_at: Mapping[int, int], prefix: str = "mp-host") -> Iterator[NetworkNamespace]:
+        """A namespace on the fabric at `address` whose ports relay to processes of the test: `served_at` maps a
+        port at `address` to the port of the test's 127.0.0.1 where the process listens. It stands for a pod,
+        or for a host outside the mesh (an external API, a proxy) that the mesh reaches at `address`."""
+        with network_namespace(prefix) as member:
+            self.join(member, address)
+            forwarders = [
+                Forwarder(member, (address, port), None, ("127.0.0.1", local)) for port, local in served_at.items()
+            ]
+            try:
+                yield member
+            finally:
+                for forwarder in forwarders:
+                    forwarder.close()
 
 
 @contextlib.contextmanager
@@ -206,10 +223,19 @@ class Response:
 
 
 def http_get(
-    where: NetworkNamespace, host: str, port: int, path: str = "/", headers: Mapping[str, str] | None = None
+    where: NetworkNamespace,
+    host: str,
+    port: int,
+    path: str = "/",
+    headers: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
 ) -> Response:
-    """One HTTP/1.1 GET from inside `where`, on a connection opened there (so its capture rules apply)."""
+    """One HTTP/1.1 GET from inside `where`, on a connection opened there (so its capture rules apply); over
+    TLS with a `tls` client context, sending and verifying `server_name` (by default `host`)."""
     sock = where.inside(lambda: socket.create_connection((host, port), timeout=10))
+    if tls is not None:
+        sock = tls.wrap_socket(sock, server_hostname=server_name or host)
     connection = http.client.HTTPConnection(host, port, timeout=10)
     connection.sock = sock
     try:
