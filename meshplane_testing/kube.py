@@ -19,7 +19,7 @@ import shutil
 import ssl
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,18 +40,25 @@ ADMIN_USER = "meshplane-test-admin"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 FIELD_MANAGER = "meshplane-tests"
+SERVICE_CIDR = "10.96.0.0/16"
+"""Where the API server allocates Services' cluster IPs."""
 ORDERS_SERVICE = {"host": "orders.shop.svc", "port": 8080}
 """A backend by its in-cluster Service name, as an API delivered to a cluster names it."""
 # tmpfs where there is one: etcd fsyncs every write, and this etcd has no flag to stop it.
 _RAM_DIR = "/dev/shm"
 
 
-def kube_apiserver_binary() -> Path:
-    """Where `scripts/build-kube-apiserver` leaves the binary of KUBE_VERSION."""
+def cache_dir() -> Path:
+    """Where the build scripts leave what they build: MESHPLANE_CACHE_DIR, else XDG_CACHE_HOME/meshplane."""
     cache = Path(
         os.environ.get("MESHPLANE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "meshplane"
     )
-    return cache.expanduser() / f"kube-apiserver-{KUBE_VERSION}" / "kube-apiserver"
+    return cache.expanduser()
+
+
+def kube_apiserver_binary() -> Path:
+    """Where `scripts/build-kube-apiserver` leaves the binary of KUBE_VERSION."""
+    return cache_dir() / f"kube-apiserver-{KUBE_VERSION}" / "kube-apiserver"
 
 
 class KubeError(RuntimeError):
@@ -113,10 +120,13 @@ class KubeAPIServer:
             if response.status_code not in (201, 409):
                 raise KubeError(response)
 
-    def service_account_token(self, namespace: str, name: str, expiration_seconds: int = 3600) -> str:
+    def service_account_token(
+        self, namespace: str, name: str, expiration_seconds: int = 3600, audiences: Sequence[str] = ()
+    ) -> str:
         """A bound token of ServiceAccount `namespace/name`, both created when missing.
 
         Its user is `system:serviceaccount:<namespace>:<name>`; it can do what RBAC grants it, nothing more.
+        `audiences` default to the API server's own; a token for istiod's CA names `istio-ca`.
         """
         self.create_namespace(namespace)
         with self.client() as client:
@@ -124,11 +134,10 @@ class KubeAPIServer:
             response = client.post(accounts, json={"metadata": {"name": name}})
             if response.status_code not in (201, 409):
                 raise KubeError(response)
-            request = {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": expiration_seconds},
-            }
+            spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+            if audiences:
+                spec["audiences"] = list(audiences)
+            request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
             response = client.post(f"{accounts}/{name}/token", json=request)
             if response.status_code != 201:
                 raise KubeError(response)
@@ -211,7 +220,7 @@ def start_kube_apiserver(log_dir: Path, crds: Iterable[Mapping[str, Any]] = ()) 
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={home / 'service-accounts.pub'}",
                 f"--service-account-signing-key-file={home / 'service-accounts.key'}",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # No token controller runs to mount tokens into pods, so the plugin would reject them (envtest too).
                 "--disable-admission-plugins=ServiceAccount",
                 "--allow-privileged=true",

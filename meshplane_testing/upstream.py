@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -12,12 +13,16 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def run_upstream(name: str, *, delay: float = 0.0, status: int = 200) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+def run_upstream(
+    name: str, *, delay: float = 0.0, status: int = 200, tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
     `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
-    Each answer comes `delay` seconds after its request, with `status`."""
+    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context."""
     seen: list[dict[str, Any]] = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name=f"upstream-{name}", daemon=True)
     thread.start()
