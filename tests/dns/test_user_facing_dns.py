@@ -214,6 +214,31 @@ def _ownership(server: DnsServer, host: str) -> str:
     return " ".join(record for name in (host, f"a-{host}") for record in server.answers(name, "TXT"))
 
 
+def test_when_the_serving_cluster_changes_the_new_one_takes_the_name_over(
+    edge_1: KubeAPIServer, edge_2: KubeAPIServer, public_dns: DnsServer, logs: Path
+):
+    """The intent moves from edge-1 to edge-2: edge-1's external-dns deletes the records it owns, and
+    edge-2's, which left another owner's records alone until then, publishes its own."""
+    host = "moving.example.com"
+    intent = ingress_intent("moving", [host], ["public-dns"])
+    clusters = {"edge-1": edge_1, "edge-2": edge_2}
+    with (
+        start_external_dns(edge_1, public_dns, "edge-1", logs),
+        start_external_dns(edge_2, public_dns, "edge-2", logs),
+    ):
+        try:
+            for serving in (["edge-1"], ["edge-2"]):
+                rendered = fleet(serving, [intent])
+                for name, kube in clusters.items():
+                    apply_as_agent(kube, dns_endpoints(rendered, name))
+                answers_become(public_dns, host, rendered_targets(rendered, "public-dns", host))
+            assert "owner=edge-2" in _ownership(public_dns, host)
+        finally:
+            for kube in clusters.values():
+                apply_as_agent(kube, [])
+            answers_become(public_dns, host, [])
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="defect #2: each serving cluster renders its own DNSEndpoint for the host; with an owner id per "
