@@ -302,3 +302,20 @@ def test_external_dns_skips_a_record_set_whose_targets_mix_address_families(
         assert public_dns.answers(host, "AAAA") == ["2001:db8::12"]
         apply_as_agent(edge_1, [])
         answers_become(public_dns, host, [])
+
+
+def test_a_cname_at_the_zone_apex_is_never_published(edge_1: KubeAPIServer, public_dns: DnsServer, logs: Path):
+    """What a renderer pointing a host at ingress hostnames must keep: no CNAME where the zone's SOA is.
+
+    bind9 drops such an update without an error, and external-dns sends it again every sync.
+    """
+    apex = _one_writer_endpoint("apex-dns.public-dns", ZONE, ["lb-1.cloud.test"], "CNAME")
+    with start_external_dns(edge_1, public_dns, "edge-1", logs) as external_dns:
+        apply_as_agent(edge_1, [apex])
+        eventually(
+            lambda: external_dns.log().count(f"Adding RR: {ZONE} 0 CNAME lb-1.cloud.test") >= 2,
+            timeout=PUBLISHED,
+            what="external-dns to send the apex CNAME twice",
+        )
+        assert public_dns.answers(ZONE, "CNAME") == []
+        apply_as_agent(edge_1, [])
