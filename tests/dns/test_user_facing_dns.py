@@ -21,6 +21,7 @@ from meshplane.model.resource import Resource
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo, Fleet
 from meshplane.server.render.ingress import DNS_API_VERSION, DNS_SERVER_LABEL
+from meshplane.server.render.offline import project_documents
 from meshplane_testing.dns import (
     DnsServer,
     apply_as_agent,
@@ -31,6 +32,8 @@ from meshplane_testing.dns import (
 )
 from meshplane_testing.eventually import eventually
 from meshplane_testing.kube import KubeAPIServer, start_kube_apiserver
+from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.races import object_path
 
 PROJECT = "shop"
 CLOUD = "retail"
@@ -140,6 +143,59 @@ def test_a_rendered_record_set_is_published_and_answered(edge_1: KubeAPIServer, 
         answers_become(public_dns, "shop.example.com", rendered_targets(rendered, "public-dns", "shop.example.com"))
         apply_as_agent(edge_1, [])
         answers_become(public_dns, "shop.example.com", [])
+
+
+def _fleet_documents(intent: Resource) -> list[dict]:
+    """The north API's documents for edge-1 serving `intent`: its Cluster, the project, the logical cloud
+    and the service the intent routes to."""
+    return [
+        {
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": "edge-1", "labels": {"tier": "edge"}},
+            "spec": {"eastWestGateway": {"address": ADDRESSES["edge-1"], "port": 15443}},
+        },
+        {"apiVersion": "meshplane.io/v1alpha1", "kind": "Project", "metadata": {"name": PROJECT}, "spec": {}},
+        {
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "LogicalCloud",
+            "metadata": {"name": CLOUD, "project": PROJECT},
+            "spec": {"clusters": [{"name": "edge-1", "namespace": NAMESPACE}]},
+        },
+        {
+            "apiVersion": "meshplane.io/v1alpha1",
+            "kind": "ServiceIntent",
+            "metadata": {"name": "orders", "project": PROJECT},
+            "spec": {
+                "service": {"name": "orders", "port": 8080, "protocol": "HTTP"},
+                "placement": {"logicalCloud": CLOUD},
+            },
+        },
+        intent.to_wire(),
+    ]
+
+
+def test_an_intent_through_the_server_and_agent_is_answered_and_its_deletion_unpublishes_it(
+    edge_1: KubeAPIServer, public_dns: DnsServer, logs: Path, tmp_path: Path
+):
+    """The whole chain: north API, render, delivery to the agent, its apply, external-dns, bind9."""
+    host = "checkout.example.com"
+    intent = ingress_intent("checkout", [host], ["public-dns"])
+    documents = _fleet_documents(intent)
+    rendered = [o for o in project_documents(documents, "edge-1") if o["kind"] == "DNSEndpoint"]
+    (expected,) = {tuple(e["targets"]) for o in rendered for e in o["spec"]["endpoints"] if e["dnsName"] == host}
+    with (
+        run_server(tmp_path) as server,
+        run_agent(tmp_path, "edge-1", server, kubeconfig=edge_1.kubeconfig),
+        start_external_dns(edge_1, public_dns, "edge-1", logs),
+        server.http() as http,
+    ):
+        for doc in documents:
+            response = http.put(object_path(doc), json=doc)
+            assert response.status_code in (200, 201), response.text
+        answers_become(public_dns, host, sorted(expected))
+        assert http.delete(object_path(intent.to_wire())).status_code == 200
+        answers_become(public_dns, host, [])
 
 
 def test_two_dns_servers_answer_each_the_records_labelled_for_it(
