@@ -204,12 +204,17 @@ def _healthy(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def start_external_dns(kube: KubeAPIServer, server: DnsServer, owner: str, log_dir: Path) -> Iterator[ExternalDns]:
-    """external-dns publishing `kube`'s DNSEndpoints for `server` into it, owning them as `owner`.
+def start_external_dns(
+    kube: KubeAPIServer, server: DnsServer, cluster: str, log_dir: Path, owner: str | None = None
+) -> Iterator[ExternalDns]:
+    """external-dns of `cluster` publishing `kube`'s DNSEndpoints for `server` into it, owning them as
+    `owner`: the cluster's name unless told otherwise, since clusters sharing an owner id delete each
+    other's records.
 
     The DNSEndpoint CRD must be installed in `kube` (`kube.install_crds([dnsendpoint_crd()])`).
     `--policy=sync`: records whose DNSEndpoint is gone are deleted, as a meshplane deployment runs it.
     """
+    owner = owner or cluster
     override = [path for path in [os.environ.get("MESHPLANE_EXTERNAL_DNS")] if path]
     binary = require_binary("external-dns", *override, str(external_dns_dir() / "external-dns"))
     metrics_port = free_port()
@@ -235,7 +240,7 @@ def start_external_dns(kube: KubeAPIServer, server: DnsServer, owner: str, log_d
         f"--metrics-address=127.0.0.1:{metrics_port}",
         "--log-level=debug",
     ]
-    log_path = log_dir / f"external-dns-{server.name}-{owner}.log"
+    log_path = log_dir / f"external-dns-{server.name}-{cluster}.log"
     # The secret by environment (kingpin reads EXTERNAL_DNS_<FLAG>), not in argv for every `ps` to show.
     env = {"EXTERNAL_DNS_RFC2136_TSIG_SECRET": server.key.secret}
     with running(argv, log_path, env) as process:

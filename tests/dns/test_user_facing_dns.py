@@ -9,6 +9,7 @@ records.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,17 @@ def rendered_targets(fleet: Fleet, server: str, host: str) -> list[str]:
     }
     assert targets, f"nothing rendered for {host} on {server}"
     return sorted(targets)
+
+
+SYNCS = 3.0
+"""Long enough for three syncs of every external-dns: what holds that long is not between two of them."""
+
+
+def answers_stay(server: DnsServer, host: str, expected: list[str]) -> None:
+    deadline = time.monotonic() + SYNCS
+    while time.monotonic() < deadline:
+        assert server.answers(host) == expected, f"{server.name} stopped answering {host} A {expected}"
+        time.sleep(0.1)
 
 
 def answers_become(server: DnsServer, host: str, expected: list[str]) -> None:
@@ -297,33 +309,81 @@ def test_when_the_serving_cluster_changes_the_new_one_takes_the_name_over(
 
 @pytest.mark.xfail(
     strict=True,
-    reason="defect #2: each serving cluster renders its own DNSEndpoint for the host; with an owner id per "
-    "cluster external-dns publishes the first owner's targets and skips the others', with one owner id "
-    "for all they overwrite each other's every sync",
-)
-@pytest.mark.parametrize(
-    "owners", [("edge-1", "edge-2"), ("meshplane", "meshplane")], ids=["owner-per-cluster", "one-owner"]
+    reason="defect #2: each serving cluster renders its own DNSEndpoint for the host, and external-dns "
+    "publishes the first owner's targets and skips the others'",
 )
 def test_every_cluster_serving_a_host_is_in_its_one_record_set(
-    edge_1: KubeAPIServer, edge_2: KubeAPIServer, public_dns: DnsServer, logs: Path, owners: tuple[str, str]
+    edge_1: KubeAPIServer, edge_2: KubeAPIServer, public_dns: DnsServer, logs: Path
 ):
     """Each cluster's agent applies what it receives to its own API server, read by its own external-dns."""
-    host = f"shared-{owners[1]}.example.com"
-    intent = ingress_intent(host.split(".")[0], [host], ["public-dns"])
+    host = "shared.example.com"
+    intent = ingress_intent("shared", [host], ["public-dns"])
     rendered = fleet(["edge-1", "edge-2"], [intent])
     clusters = {"edge-1": edge_1, "edge-2": edge_2}
     with (
-        start_external_dns(edge_1, public_dns, owners[0], logs),
-        start_external_dns(edge_2, public_dns, owners[1], logs),
+        start_external_dns(edge_1, public_dns, "edge-1", logs),
+        start_external_dns(edge_2, public_dns, "edge-2", logs),
     ):
         try:
             for name, kube in clusters.items():
                 apply_as_agent(kube, dns_endpoints(rendered, name))
-            answers_become(public_dns, host, rendered_targets(rendered, "public-dns", host))
+            expected = rendered_targets(rendered, "public-dns", host)
+            answers_become(public_dns, host, expected)
+            answers_stay(public_dns, host, expected)
         finally:
             for kube in clusters.values():
                 apply_as_agent(kube, [])
             answers_become(public_dns, host, [])
+
+
+def test_clusters_sharing_an_owner_id_delete_each_others_records(
+    edge_1: KubeAPIServer, edge_2: KubeAPIServer, public_dns: DnsServer, logs: Path
+):
+    """Why each cluster's external-dns owns records under its own id: with one id for all, a cluster that
+    writes nothing for a name deletes it on every sync (policy sync), and the writer adds it back."""
+    host = "owned.example.com"
+    with (
+        start_external_dns(edge_1, public_dns, "edge-1", logs, owner="meshplane") as writer,
+        start_external_dns(edge_2, public_dns, "edge-2", logs, owner="meshplane") as other,
+    ):
+        apply_as_agent(edge_1, [_one_writer_endpoint("owned-dns.public-dns", host, [ADDRESSES["edge-1"]])])
+        eventually(
+            lambda: (
+                other.log().count(f"Removing RR: {host} 0 A") >= 2 and writer.log().count(f"Adding RR: {host} 0 A") >= 2
+            ),
+            timeout=PUBLISHED,
+            what=f"{host} to be removed by edge-2 and added back by edge-1 twice",
+        )
+        apply_as_agent(edge_1, [])
+        answers_become(public_dns, host, [])
+
+
+def test_the_records_of_a_lost_writer_stay_and_the_next_writer_cannot_take_them_over(
+    edge_1: KubeAPIServer, edge_2: KubeAPIServer, public_dns: DnsServer, logs: Path
+):
+    """A limit of an owner id per cluster: edge-1 wrote the record set, then it is lost with its external-dns;
+    edge-2 writes the name now, but its external-dns leaves another owner's records alone, so the name keeps
+    pointing at edge-1 until edge-1's external-dns (or an operator) deletes them."""
+    host = "stranded.example.com"
+    both = sorted(ADDRESSES.values())
+    with start_external_dns(edge_1, public_dns, "edge-1", logs):
+        apply_as_agent(edge_1, [_one_writer_endpoint("stranded-dns.public-dns", host, both)])
+        answers_become(public_dns, host, both)
+    with start_external_dns(edge_2, public_dns, "edge-2", logs) as next_writer:
+        apply_as_agent(edge_2, [_one_writer_endpoint("stranded-dns.public-dns", host, [ADDRESSES["edge-2"]])])
+        eventually(
+            lambda: (
+                f'{host} 0 IN A  {ADDRESSES["edge-2"]} [] because owner id does not match (found: \\"edge-1\\"'
+                in next_writer.log()
+            ),
+            timeout=PUBLISHED,
+            what="edge-2's external-dns to skip edge-1's record set",
+        )
+        answers_stay(public_dns, host, both)
+        apply_as_agent(edge_2, [])
+    apply_as_agent(edge_1, [])
+    with start_external_dns(edge_1, public_dns, "edge-1", logs):
+        answers_become(public_dns, host, [])
 
 
 def test_external_dns_skips_a_record_set_whose_targets_mix_address_families(
