@@ -113,12 +113,22 @@ class DnsServer:
 
     def answers(self, host: str, record_type: str = "A") -> list[str]:
         """The record set of `host`, sorted (empty when there is none), as a resolver asking this server gets it."""
+        return sorted(
+            line.strip().strip('"') for line in self._dig(host, record_type, "+short").splitlines() if line.strip()
+        )
+
+    def ttls(self, host: str, record_type: str = "A") -> set[int]:
+        """The TTLs of `host`'s record set: how long a resolver may keep the answer."""
+        lines = self._dig(host, record_type, "+noall", "+answer").splitlines()
+        return {int(line.split()[1]) for line in lines if line.strip()}
+
+    def _dig(self, host: str, record_type: str, *options: str) -> str:
         dig = require_binary("dig", "/usr/bin/dig")
-        argv = [dig, "@127.0.0.1", "-p", str(self.port), "+short", "+time=2", "+tries=1", host, record_type]
+        argv = [dig, "@127.0.0.1", "-p", str(self.port), *options, "+time=2", "+tries=1", host, record_type]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"dig {host} {record_type} at port {self.port}: {result.stdout}{result.stderr}")
-        return sorted(line.strip().strip('"') for line in result.stdout.splitlines() if line.strip())
+        return result.stdout
 
 
 def _named_conf(home: Path, zone: str, port: int, key: TsigKey) -> str:

@@ -435,3 +435,19 @@ def test_a_cname_at_the_zone_apex_is_never_published(edge_1: KubeAPIServer, publ
         )
         assert public_dns.answers(ZONE, "CNAME") == []
         apply_as_agent(edge_1, [])
+
+
+def test_a_record_set_without_a_ttl_is_published_with_ttl_0(edge_1: KubeAPIServer, public_dns: DnsServer, logs: Path):
+    """What the renderer leaves to external-dns when a DNSEndpoint has no recordTTL: with RFC 2136, a TTL of
+    0 (no resolver keeps the answer, every lookup reaches the DNS server); with one, that TTL."""
+    host = "ttl.example.com"
+    endpoint = _one_writer_endpoint("ttl-dns.public-dns", host, [ADDRESSES["edge-1"]])
+    with start_external_dns(edge_1, public_dns, "edge-1", logs):
+        apply_as_agent(edge_1, [endpoint])
+        answers_become(public_dns, host, [ADDRESSES["edge-1"]])
+        assert public_dns.ttls(host) == {0}
+        endpoint["spec"]["endpoints"][0]["recordTTL"] = 60
+        apply_as_agent(edge_1, [endpoint])
+        eventually(lambda: public_dns.ttls(host) == {60}, timeout=PUBLISHED, what=f"{host} published with TTL 60")
+        apply_as_agent(edge_1, [])
+        answers_become(public_dns, host, [])
