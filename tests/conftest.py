@@ -36,6 +36,13 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    """A module or session fixture re-raises its first error, unconverted, for every later test that uses it."""
+    with _missing_requirement_skips_or_fails():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> object:
     with _missing_requirement_skips_or_fails():
         return (yield)
