@@ -14,8 +14,7 @@ import pytest
 from meshplane.model.resource import Resource
 from meshplane.server.render.ingress import render_ingress_intent
 from meshplane.server.render.names import shared_object_name
-
-from .scenarios import parse, scenario_fleet
+from meshplane_testing.render_scenarios import parse, scenario_fleet
 
 judging = pytest.importorskip("meshplane_testing.istio_judge", reason="the istiod judge is not in this tree")
 
@@ -36,6 +35,7 @@ def _intent(name: str, host: str, entities: list[dict], access: list[dict]) -> R
         "entities": entities,
         "routes": [{"match": {"prefix": "/"}, "to": {"service": "web", "port": 8443}}],
         "access": access,
+        "authentication": {"jwt": [{"issuer": IDP, "jwksUri": f"{IDP}/keys"}]},
         "placement": {"logicalCloud": "retail"},
     }
     return parse("IngressIntent", name, spec)

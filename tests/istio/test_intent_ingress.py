@@ -1,7 +1,7 @@
 """An IngressIntent end to end on real Istio: the server renders it for the cluster, the cluster's agent
 applies the objects to the cluster's API server, istiod configures the ingress gateway's Envoy, and a
-request for the intent's host reaches the service's workload. The workload has no sidecar, so this proves
-the path from intent to Envoy; what the service's policies admit is for tests whose workloads have one."""
+request for the intent's host reaches the service's workload through its sidecar, whose policies admit the
+ingress gateway (defect #3 of issue 18: they admitted the declared clients only, and the gateway got 403)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,17 @@ spec:
 
 def test_an_ingress_intent_carries_a_request_to_its_service(fleet: Fleet, tmp_path: Path) -> None:
     cluster = fleet["cluster-a"]
-    books = Workload("books", "catalog", cluster.new_address(), {"app": "books"}, (ServicePort("http", 8080, 8080),))
+    # With a sidecar: the ingress gateway calls books over Istio mTLS, and books' ALLOW policy (rendered
+    # from its ServiceIntent, which declares no client) must still admit the gateway's identity.
+    books = Workload(
+        "books",
+        "catalog",
+        cluster.new_address(),
+        {"app": "books"},
+        (ServicePort("http", 8080, 8080),),
+        service_account="books",
+        sidecar=True,
+    )
     with (
         start_gateway(cluster, INGRESS) as ingress,
         run_upstream("books") as (upstream_port, seen),

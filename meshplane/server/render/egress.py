@@ -200,7 +200,10 @@ def _origination_rules(intent: Resource, spec: EgressIntentSpec, namespace: str,
             tls.update({"sni": host, "subjectAltNames": [host]})
             settings.append({"port": {"number": port.number}, "tls": tls})
         name = _gateway_side_name(intent, f"tls-{index}") if through_gateway else _name(intent, f"tls-{index}")
-        body = {"host": host, "exportTo": audience, "trafficPolicy": {"portLevelSettings": settings}}
+        body: dict = {"host": host, "exportTo": audience, "trafficPolicy": {"portLevelSettings": settings}}
+        if through_gateway:
+            # istiod reads a DestinationRule's credential Secret only for the workloads it selects.
+            body["workloadSelector"] = {"matchLabels": dict(EGRESS_GATEWAY_SELECTOR)}
         objects.append(k8s_object(NETWORKING, "DestinationRule", name, home, owner_labels(intent), body))
     return objects
 

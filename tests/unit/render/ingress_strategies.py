@@ -7,8 +7,7 @@ import dataclasses
 from hypothesis import strategies as st
 
 from meshplane.server.render.fleet import Fleet
-
-from .scenarios import CLUSTERS, PROJECTS, fleet_clouds, parse, scenario_clusters
+from meshplane_testing.render_scenarios import CLUSTERS, PROJECTS, fleet_clouds, parse, scenario_clusters
 
 INTENT_NAMES = ("web", "web-ops", "a", "a-b")
 ZONES = ("example.com", "example.org", "shop.example.com")

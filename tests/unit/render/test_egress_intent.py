@@ -20,9 +20,7 @@ from meshplane.server.render.egress import render_egress_intent
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.offline import project_documents
 from meshplane_testing.istio_schema import validate_istio
-
-from .authz import Connection, Workload, allowed
-from .scenarios import (
+from meshplane_testing.render_scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,
@@ -39,6 +37,8 @@ from .scenarios import (
     shuffled,
     to_yaml,
 )
+
+from .authz import Connection, Workload, allowed
 
 # --- the scenario: three clusters, two logical clouds, the payments app instantiated in both ---------
 

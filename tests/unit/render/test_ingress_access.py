@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import Fleet
 from meshplane.server.render.ingress import render_ingress_intent
+from meshplane_testing.render_scenarios import CLUSTERS, parse, scenario_fleet
 
 from .ingress_strategies import ingress_fleets
 from .istio_authz import Connection, admitted
-from .scenarios import CLUSTERS, parse, scenario_fleet
 
 GATEWAY = {"istio": "ingressgateway"}
 OUTSIDE = "203.0.113.9"

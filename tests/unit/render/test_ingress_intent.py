@@ -19,9 +19,7 @@ from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.ingress import render_ingress_intent
 from meshplane_testing.istio_schema import validate_istio
-
-from .ingress_strategies import ingress_fleets
-from .scenarios import (
+from meshplane_testing.render_scenarios import (
     CLUSTERS,
     GATEWAY_NAMESPACE,
     GOLDEN,
@@ -36,6 +34,8 @@ from .scenarios import (
     shuffled,
     to_yaml,
 )
+
+from .ingress_strategies import ingress_fleets
 
 DNS_SERVER_LABEL = "meshplane.io/dns-server"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from meshplane.config import ServerSettings
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.offline import project_documents
+from meshplane_testing.render_scenarios import parse, scenario_fleet
 
-from .scenarios import parse, scenario_fleet
 from .service_scenario import SCENARIO, fleet_from_docs
 
 

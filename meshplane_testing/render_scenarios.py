@@ -16,7 +16,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, ClusterInfo, Fleet, placement_targets
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "unit" / "render" / "golden"
 
 
 CLUSTERS = ("core-1", "edge-1", "edge-2")
