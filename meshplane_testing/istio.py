@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -538,6 +539,19 @@ def tls_secret(name: str, certificate_pem: bytes, key_pem: bytes, namespace: str
             "tls.key": base64.b64encode(key_pem).decode(),
         },
     }
+
+
+def served_certificate(
+    where: NetworkNamespace, address: str, port: int, server_name: str, trust: ssl.SSLContext
+) -> x509.Certificate:
+    """The leaf certificate a TLS server at `address:port` (reached from inside `where`) presents for SNI
+    `server_name`, after `trust` verified it for that name: what a user's browser would be shown."""
+    sock = where.inside(lambda: socket.create_connection((address, port), timeout=10))
+    with trust.wrap_socket(sock, server_hostname=server_name) as tls:
+        der = tls.getpeercert(binary_form=True)
+    if der is None:
+        raise ssl.SSLError(f"{address}:{port} presented no certificate for {server_name}")
+    return x509.load_der_x509_certificate(der)
 
 
 class Gateway:
