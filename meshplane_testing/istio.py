@@ -724,15 +724,18 @@ def run_proxy(
 
 
 @contextlib.contextmanager
-def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0) -> Iterator[Gateway]:
-    """A stock gateway of `cluster`, registered with its API server and configured by its istiod."""
+def start_gateway(
+    cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0, service_account: str | None = None
+) -> Iterator[Gateway]:
+    """A stock gateway of `cluster`, registered with its API server and configured by its istiod; it runs as
+    `<kind>-service-account` unless `service_account` is given (gateway pods of one kind sharing an identity)."""
     workload = Workload(
         kind.name,
         ISTIO_NAMESPACE,
         cluster.new_address(),
         kind.labels,
         kind.ports,
-        service_account=f"{kind.name}-service-account",
+        service_account=service_account or f"{kind.name}-service-account",
     )
     cluster.register_workload(workload)
     cluster.apply_all(_secret_reader(workload))

@@ -24,13 +24,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from meshplane.security.ca import KeyPair, create_ca, issue_server_certificate, server_names_of
+from meshplane.server.render.ingress import ENTITY_LABEL
 from meshplane.server.render.offline import project_documents
+from meshplane.server.render.service import INGRESS_GATEWAY_SERVICE_ACCOUNT
 from meshplane_testing.eventually import eventually
 from meshplane_testing.istio import (
     EAST_WEST,
     INGRESS,
     Fleet,
     Gateway,
+    GatewayKind,
     IstioCluster,
     ServicePort,
     Workload,
@@ -46,9 +49,11 @@ pytestmark = pytest.mark.timeout(300)
 NAMESPACE = "storefront"
 ISSUER = "https://login.storefront.test"
 KEY_ID = "storefront-1"
-BOOKS_HOST, LEDGER_HOST, OFFICE_HOST, OPS_HOST = (
-    f"{name}.storefront.test" for name in ("books", "ledger", "office", "ops")
+BOOKS_HOST, LEDGER_HOST, OFFICE_HOST, OPS_HOST, GIFTS_HOST = (
+    f"{name}.storefront.test" for name in ("books", "ledger", "office", "ops", "gifts")
 )
+GIFT_ENTITIES = ("public", "partners")
+"""The entities of the gifts intent: one host, each entity with its own certificate and its own gateway pods."""
 HTTPS_PORT = 8443
 """The stock ingress gateway's HTTPS target port (Service port 443), where users reach its pod IP."""
 
@@ -78,6 +83,11 @@ def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
         spec = {"clusters": [{"name": cluster, "namespace": NAMESPACE}]}
         return {"kind": "LogicalCloud", "metadata": {"name": name, "project": NAMESPACE}, "spec": spec}
 
+    gifts = ingress("gifts", GIFTS_HOST, "books")
+    gifts["spec"]["entities"] = [
+        {"name": entity, "tls": {"mode": "SIMPLE", "credentialName": f"gifts-{entity}-cert"}}
+        for entity in GIFT_ENTITIES
+    ]
     return [
         {"kind": "Cluster", "metadata": {"name": "cluster-a"}, "spec": {}},
         {
@@ -100,7 +110,14 @@ def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
             authentication={"jwt": [{"issuer": ISSUER, "jwks": jwks}]},
             access=[{"jwtClaims": {"group": "ops"}}],
         ),
+        gifts,
     ]
+
+
+def _entity_gateway(entity: str) -> GatewayKind:
+    """Ingress gateway pods of one entity: the stock gateway's labels and ports, and the entity's label."""
+    name = f"{INGRESS.name}-{entity}"
+    return GatewayKind(name, {**INGRESS.labels, "app": name, ENTITY_LABEL: entity}, INGRESS.ports)
 
 
 def _rendered(documents: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
@@ -143,29 +160,37 @@ class Storefront:
     seen: dict[str, list[dict[str, Any]]]
     """The requests each service's process saw, by service."""
     certificates: dict[str, x509.Certificate]
-    """The certificate of each host, in the Secret its intent's credentialName names."""
+    """The certificate in each credentialName's Secret, by its name."""
 
     def trust(self) -> ssl.SSLContext:
         return ssl.create_default_context(cadata=self.ca.certificate_pem().decode())
 
-    def get(
-        self, user: NetworkNamespace, host: str, path: str = "/", headers: Mapping[str, str] | None = None
-    ) -> Response:
-        """GET https://<host><path> as `user`, at the ingress gateway's address."""
-        address = self.ingress.workload.address
-        return http_get(user, address, HTTPS_PORT, path, {"Host": host, **(headers or {})}, self.trust(), host)
+    def get(self, user: NetworkNamespace, host: str, path: str = "/", **how: Any) -> Response:
+        """GET https://<host><path> as `user`, with `headers`, at the pod IP of `gateway` (by default the
+        stock ingress gateway)."""
+        address = how.get("gateway", self.ingress).workload.address
+        headers = {"Host": host, **how.get("headers", {})}
+        return http_get(user, address, HTTPS_PORT, path, headers, self.trust(), host)
 
-    def status(
-        self, user: NetworkNamespace, host: str, path: str = "/", headers: Mapping[str, str] | None = None
-    ) -> int | None:
+    def status(self, user: NetworkNamespace, host: str, path: str = "/", **how: Any) -> int | str:
+        """The response's status, or why there was none."""
         try:
-            return self.get(user, host, path, headers).status
-        except OSError:
-            return None
+            return self.get(user, host, path, **how).status
+        except OSError as exc:
+            return repr(exc)
 
-    def answers(self, user: NetworkNamespace, host: str, status: int, **how: Any) -> None:
+    def answers(self, user: NetworkNamespace, host: str, status: int, path: str = "/", **how: Any) -> None:
         """Wait until `host` answers `user` with `status` (istiod's configuration lands in steps)."""
-        eventually(lambda: self.status(user, host, **how) == status, timeout=60, what=f"{host} -> {status}")
+        last: list[int | str] = []
+
+        def answered() -> bool:
+            last[:] = [self.status(user, host, path, **how)]
+            return last[0] == status
+
+        try:
+            eventually(answered, timeout=60, what=f"{host}{path} -> {status}")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; the last answer was {last[0]}") from None
 
 
 @pytest.fixture(scope="module")
@@ -191,15 +216,17 @@ def storefront(fleet: Fleet) -> Iterator[Storefront]:
         elsewhere = stack.enter_context(front.fabric.host(elsewhere_address, {}, prefix="mp-user"))
         documents = _documents(east_west.workload.address, office_address, _jwks(issuer_key))
         secrets, certificates = [], {}
-        for name, host in (
-            ("books-front", BOOKS_HOST),
-            ("ledger-front", LEDGER_HOST),
-            ("office", OFFICE_HOST),
-            ("ops", OPS_HOST),
-        ):
+        credentials = [
+            ("books-front-cert", BOOKS_HOST),
+            ("ledger-front-cert", LEDGER_HOST),
+            ("office-cert", OFFICE_HOST),
+            ("ops-cert", OPS_HOST),
+            *((f"gifts-{entity}-cert", GIFTS_HOST) for entity in GIFT_ENTITIES),
+        ]
+        for credential, host in credentials:
             served = issue_server_certificate(ca, [host])
-            certificates[host] = served.certificate
-            secrets.append(tls_secret(f"{name}-cert", served.certificate_pem(), served.key_pem()))
+            certificates[credential] = served.certificate
+            secrets.append(tls_secret(credential, served.certificate_pem(), served.key_pem()))
         stack.enter_context(_applied(front, [*secrets, *_rendered(documents, "cluster-a")]))
         stack.enter_context(_applied(back, _rendered(documents, "cluster-b")))
         yield Storefront(ingress, ca, issuer_key, office, elsewhere, seen, certificates)
@@ -211,9 +238,9 @@ def test_https_at_the_ingress_gateway_serves_the_intents_certificate_and_reaches
     storefront.answers(storefront.elsewhere, BOOKS_HOST, 200, path="/shelf/3")
     assert storefront.seen["books"][-1]["path"] == "/shelf/3"
     address = storefront.ingress.workload.address
-    for host in (BOOKS_HOST, LEDGER_HOST):
+    for credential, host in (("books-front-cert", BOOKS_HOST), ("ledger-front-cert", LEDGER_HOST)):
         served = served_certificate(storefront.elsewhere, address, HTTPS_PORT, host, storefront.trust())
-        assert served == storefront.certificates[host]
+        assert served == storefront.certificates[credential]
         assert host in server_names_of(served)
 
 
@@ -233,6 +260,27 @@ def test_a_source_range_admits_a_user_inside_it_and_refuses_one_outside(storefro
     storefront.answers(storefront.office, OFFICE_HOST, 200)
     storefront.answers(storefront.elsewhere, OFFICE_HOST, 403)
     assert storefront.status(storefront.office, OFFICE_HOST) == 200
+
+
+def test_each_entity_of_an_intent_is_served_by_its_own_gateway_pods_with_its_own_certificate(
+    storefront: Storefront, fleet: Fleet
+) -> None:
+    front = fleet["cluster-a"]
+    with contextlib.ExitStack() as stack:
+        pods = {
+            entity: stack.enter_context(
+                start_gateway(front, _entity_gateway(entity), service_account=INGRESS_GATEWAY_SERVICE_ACCOUNT)
+            )
+            for entity in GIFT_ENTITIES
+        }
+        for entity, gateway in pods.items():
+            storefront.answers(storefront.elsewhere, GIFTS_HOST, 200, f"/{entity}", gateway=gateway)
+            assert storefront.seen["books"][-1]["path"] == f"/{entity}"
+            address = gateway.workload.address
+            served = served_certificate(storefront.elsewhere, address, HTTPS_PORT, GIFTS_HOST, storefront.trust())
+            assert served == storefront.certificates[f"gifts-{entity}-cert"]
+    # The stock gateway pods carry no entity of an intent with several: they do not serve its host.
+    assert isinstance(storefront.status(storefront.elsewhere, GIFTS_HOST), str)
 
 
 def test_a_jwt_claim_admits_its_group_refuses_another_and_a_token_of_another_key_is_unauthenticated(
