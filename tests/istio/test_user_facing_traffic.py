@@ -143,8 +143,8 @@ def _jwks(key: ec.EllipticCurvePrivateKey) -> str:
     return json.dumps({"keys": [{**public, "kid": KEY_ID, "alg": "ES256", "use": "sig"}]})
 
 
-def _token(key: ec.EllipticCurvePrivateKey, group: str) -> str:
-    claims = {"iss": ISSUER, "sub": f"{group}-user", "group": group, "exp": int(time.time()) + 3600}
+def _token(key: ec.EllipticCurvePrivateKey, group: str, lifetime: int = 3600) -> str:
+    claims = {"iss": ISSUER, "sub": f"{group}-user", "group": group, "exp": int(time.time()) + lifetime}
     return jwt.encode(claims, key, algorithm="ES256", headers={"kid": KEY_ID})
 
 
@@ -154,7 +154,8 @@ class Storefront:
     ca: KeyPair
     issuer_key: ec.EllipticCurvePrivateKey
     office: NetworkNamespace
-    """A user at the one address the office host admits."""
+    """A user at the one address the office host admits, `office_address`."""
+    office_address: str
     elsewhere: NetworkNamespace
     """A user at another address of the fabric."""
     seen: dict[str, list[dict[str, Any]]]
@@ -229,7 +230,7 @@ def storefront(fleet: Fleet) -> Iterator[Storefront]:
             secrets.append(tls_secret(credential, served.certificate_pem(), served.key_pem()))
         stack.enter_context(_applied(front, [*secrets, *_rendered(documents, "cluster-a")]))
         stack.enter_context(_applied(back, _rendered(documents, "cluster-b")))
-        yield Storefront(ingress, ca, issuer_key, office, elsewhere, seen, certificates)
+        yield Storefront(ingress, ca, issuer_key, office, office_address, elsewhere, seen, certificates)
 
 
 def test_https_at_the_ingress_gateway_serves_the_intents_certificate_and_reaches_the_local_service(
@@ -260,6 +261,9 @@ def test_a_source_range_admits_a_user_inside_it_and_refuses_one_outside(storefro
     storefront.answers(storefront.office, OFFICE_HOST, 200)
     storefront.answers(storefront.elsewhere, OFFICE_HOST, 403)
     assert storefront.status(storefront.office, OFFICE_HOST) == 200
+    # The gateway trusts no proxy in front of it: a user's own X-Forwarded-For does not move it into the range.
+    spoofed = {"X-Forwarded-For": storefront.office_address}
+    assert storefront.status(storefront.elsewhere, OFFICE_HOST, headers=spoofed) == 403
 
 
 def test_each_entity_of_an_intent_is_served_by_its_own_gateway_pods_with_its_own_certificate(
@@ -296,4 +300,6 @@ def test_a_jwt_claim_admits_its_group_refuses_another_and_a_token_of_another_key
     )
     forged = bearer(_token(ec.generate_private_key(ec.SECP256R1()), "ops"))
     assert storefront.status(storefront.elsewhere, OPS_HOST, headers=forged) == 401
+    expired = bearer(_token(storefront.issuer_key, "ops", lifetime=-600))
+    assert storefront.status(storefront.elsewhere, OPS_HOST, headers=expired) == 401
     assert storefront.status(storefront.elsewhere, OPS_HOST) == 403
