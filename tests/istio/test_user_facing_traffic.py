@@ -1,6 +1,7 @@
 """IngressIntents proven with real traffic: meshplane renders them (with the ServiceIntents of the services
 they route to, whose ALLOW policies must admit the ingress gateway), the objects go to the clusters' API
-servers, istiod configures the ingress gateway, and users on the fabric call it over HTTPS.
+servers, istiod configures the ingress gateway, and users on the fabric call it over HTTPS (and plain
+HTTP for an entity without TLS).
 
 cluster-a runs the ingress gateway and `books`; `ledger` runs in cluster-b only, which the ingress reaches
 through cluster-b's east-west gateway. Users connect straight to the gateway's pod IP from namespaces of
@@ -49,13 +50,13 @@ pytestmark = pytest.mark.timeout(300)
 NAMESPACE = "storefront"
 ISSUER = "https://login.storefront.test"
 KEY_ID = "storefront-1"
-BOOKS_HOST, LEDGER_HOST, OFFICE_HOST, OPS_HOST, GIFTS_HOST = (
-    f"{name}.storefront.test" for name in ("books", "ledger", "office", "ops", "gifts")
+BOOKS_HOST, LEDGER_HOST, OFFICE_HOST, OPS_HOST, GIFTS_HOST, LOBBY_HOST = (
+    f"{name}.storefront.test" for name in ("books", "ledger", "office", "ops", "gifts", "lobby")
 )
 GIFT_ENTITIES = ("public", "partners")
 """The entities of the gifts intent: one host, each entity with its own certificate and its own gateway pods."""
-HTTPS_PORT = 8443
-"""The stock ingress gateway's HTTPS target port (Service port 443), where users reach its pod IP."""
+HTTPS_PORT, HTTP_PORT = 8443, 8080
+"""The stock ingress gateway's target ports (of Service ports 443 and 80), where users reach its pod IP."""
 
 
 def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
@@ -83,6 +84,9 @@ def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
         spec = {"clusters": [{"name": cluster, "namespace": NAMESPACE}]}
         return {"kind": "LogicalCloud", "metadata": {"name": name, "project": NAMESPACE}, "spec": spec}
 
+    office_only = [{"sources": {"ipBlocks": [f"{office}/32"]}}]
+    lobby = ingress("lobby", LOBBY_HOST, "books", access=office_only)
+    lobby["spec"]["entities"] = [{"name": "public"}]
     gifts = ingress("gifts", GIFTS_HOST, "books")
     gifts["spec"]["entities"] = [
         {"name": entity, "tls": {"mode": "SIMPLE", "credentialName": f"gifts-{entity}-cert"}}
@@ -102,7 +106,7 @@ def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
         service("ledger", "back"),
         ingress("books-front", BOOKS_HOST, "books"),
         ingress("ledger-front", LEDGER_HOST, "ledger"),
-        ingress("office", OFFICE_HOST, "books", access=[{"sources": {"ipBlocks": [f"{office}/32"]}}]),
+        ingress("office", OFFICE_HOST, "books", access=office_only),
         ingress(
             "ops",
             OPS_HOST,
@@ -111,6 +115,7 @@ def _documents(east_west: str, office: str, jwks: str) -> list[dict[str, Any]]:
             access=[{"jwtClaims": {"group": "ops"}}],
         ),
         gifts,
+        lobby,
     ]
 
 
@@ -167,11 +172,12 @@ class Storefront:
         return ssl.create_default_context(cadata=self.ca.certificate_pem().decode())
 
     def get(self, user: NetworkNamespace, host: str, path: str = "/", **how: Any) -> Response:
-        """GET https://<host><path> as `user`, with `headers`, at the pod IP of `gateway` (by default the
-        stock ingress gateway)."""
+        """GET https://<host><path> (with `plain`, http://) as `user`, with `headers`, at the pod IP of
+        `gateway` (by default the stock ingress gateway)."""
         address = how.get("gateway", self.ingress).workload.address
         headers = {"Host": host, **how.get("headers", {})}
-        return http_get(user, address, HTTPS_PORT, path, headers, self.trust(), host)
+        port, tls = (HTTP_PORT, None) if how.get("plain") else (HTTPS_PORT, self.trust())
+        return http_get(user, address, port, path, headers, tls, host)
 
     def status(self, user: NetworkNamespace, host: str, path: str = "/", **how: Any) -> int | str:
         """The response's status, or why there was none."""
@@ -264,6 +270,14 @@ def test_a_source_range_admits_a_user_inside_it_and_refuses_one_outside(storefro
     # The gateway trusts no proxy in front of it: a user's own X-Forwarded-For does not move it into the range.
     spoofed = {"X-Forwarded-For": storefront.office_address}
     assert storefront.status(storefront.elsewhere, OFFICE_HOST, headers=spoofed) == 403
+
+
+def test_a_source_range_holds_over_plain_http_whatever_the_letter_case_of_the_host(storefront: Storefront) -> None:
+    storefront.answers(storefront.office, LOBBY_HOST, 200, plain=True)
+    for host in (LOBBY_HOST, LOBBY_HOST.upper(), f"{LOBBY_HOST}:80"):
+        assert storefront.status(storefront.elsewhere, host, plain=True) == 403, host
+    assert storefront.status(storefront.elsewhere, BOOKS_HOST, plain=True) == 404
+    assert storefront.status(storefront.elsewhere, BOOKS_HOST) == 200
 
 
 def test_each_entity_of_an_intent_is_served_by_its_own_gateway_pods_with_its_own_certificate(
