@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import tempfile
@@ -540,6 +541,19 @@ def tls_secret(name: str, certificate_pem: bytes, key_pem: bytes, namespace: str
     }
 
 
+def served_certificate(
+    where: NetworkNamespace, address: str, port: int, server_name: str, trust: ssl.SSLContext
+) -> x509.Certificate:
+    """The leaf certificate a TLS server at `address:port` (reached from inside `where`) presents for SNI
+    `server_name`, after `trust` verified it for that name: what a user's browser would be shown."""
+    sock = where.inside(lambda: socket.create_connection((address, port), timeout=10))
+    with trust.wrap_socket(sock, server_hostname=server_name) as tls:
+        der = tls.getpeercert(binary_form=True)
+    if der is None:
+        raise ssl.SSLError(f"{address}:{port} presented no certificate for {server_name}")
+    return x509.load_der_x509_certificate(der)
+
+
 class Gateway:
     """A running gateway: pilot-agent and its Envoy in their own network namespace."""
 
@@ -710,15 +724,18 @@ def run_proxy(
 
 
 @contextlib.contextmanager
-def start_gateway(cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0) -> Iterator[Gateway]:
-    """A stock gateway of `cluster`, registered with its API server and configured by its istiod."""
+def start_gateway(
+    cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0, service_account: str | None = None
+) -> Iterator[Gateway]:
+    """A stock gateway of `cluster`, registered with its API server and configured by its istiod; it runs as
+    `<kind>-service-account` unless `service_account` is given (gateway pods of one kind sharing an identity)."""
     workload = Workload(
         kind.name,
         ISTIO_NAMESPACE,
         cluster.new_address(),
         kind.labels,
         kind.ports,
-        service_account=f"{kind.name}-service-account",
+        service_account=service_account or f"{kind.name}-service-account",
     )
     cluster.register_workload(workload)
     cluster.apply_all(_secret_reader(workload))
