@@ -37,6 +37,7 @@ from meshplane_testing.istio import (
     Workload,
     start_gateway,
 )
+from meshplane_testing.netns import Response
 from meshplane_testing.render_scenarios import parse
 from meshplane_testing.upstream import run_upstream
 
@@ -74,7 +75,7 @@ def _ops_intent() -> dict[str, Any]:
     """The same app in the ops cloud, PERMISSIVE: its cart, and plaintext partners of the fabric's range."""
     return {
         "service": {"name": "orders", "app": "orders", "port": PORT, "protocol": "HTTP"},
-        "placement": {"logicalCloud": "ops"},
+        "placement": {"logicalCloud": "ops", "clusters": [SERVER]},
         "mtls": "PERMISSIVE",
         "clients": [
             {"service": {"name": "cart", "logicalCloud": "ops"}, "access": [{"action": "ALLOW", "methods": ["GET"]}]},
@@ -88,7 +89,7 @@ def _render_fleet(east_west: Gateway) -> RenderFleet:
         (PROJECT, "retail"): {
             "clusters": [{"name": SERVER, "namespace": RETAIL}, {"name": REMOTE, "namespace": RETAIL}]
         },
-        (PROJECT, "ops"): {"clusters": [{"name": SERVER, "namespace": OPS}]},
+        (PROJECT, "ops"): {"clusters": [{"name": SERVER, "namespace": OPS}, {"name": REMOTE, "namespace": OPS}]},
     }
     gateway = EastWestGateway(address=east_west.workload.address, port=EAST_WEST_PORT)
     return RenderFleet(
@@ -113,15 +114,16 @@ def _workload(cluster: IstioCluster, name: str, namespace: str, sidecar: bool = 
 
 @dataclass
 class Mesh:
-    """The rendered fleet, the running pods (`<name>` in retail, `<name>-ops` in ops, `remote-cart` in cluster-b),
-    the east-west gateway, and the requests each server's upstream saw."""
+    """The rendered fleet, the running pods (`<name>` in retail, `<name>-ops` in ops, `remote-<name>[-ops]` in
+    cluster-b), the east-west gateway, the requests each server's upstream saw, and the VIP of orders' host
+    in cluster-b per namespace."""
 
     fleet: RenderFleet
     server: IstioCluster
     pods: dict[str, Pod]
     east_west: Gateway
     seen: dict[str, list[dict[str, Any]]]
-    remote_vip: str
+    remote_vips: dict[str, str]
 
 
 @pytest.fixture(scope="module")
@@ -145,30 +147,26 @@ def mesh(fleet: Fleet) -> Iterator[Mesh]:
             ("cart-ops", "cart", OPS, True),
         ):
             pods[key] = stack.enter_context(server.serve(_workload(server, name, namespace, sidecar)))
-        pods["remote-cart"] = stack.enter_context(remote.serve(_workload(remote, "cart", RETAIL)))
-        # The VIP is no address of any network: the client's capture takes the connection, once it has a route.
-        pods["remote-cart"].namespace.route(str(VIP_NETWORK))
-        (entry,) = [o for o in remote_objects if o["kind"] == "ServiceEntry"]
-        yield Mesh(rendered, server, pods, east_west, seen, entry["spec"]["addresses"][0])
-
-
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    body: str
+        for key, namespace in (("remote-cart", RETAIL), ("remote-cart-ops", OPS)):
+            pods[key] = stack.enter_context(remote.serve(_workload(remote, "cart", namespace)))
+            # A VIP is no address of any network: the client's capture takes the connection, once it has a route.
+            pods[key].namespace.route(str(VIP_NETWORK))
+        vips = {
+            o["metadata"]["namespace"]: o["spec"]["addresses"][0] for o in remote_objects if o["kind"] == "ServiceEntry"
+        }
+        yield Mesh(rendered, server, pods, east_west, seen, vips)
 
 
 def _call(
     mesh: Mesh, client: str, namespace: str, path: str = "/orders/1", address: str | None = None
-) -> Answer | None:
+) -> Response | None:
     """GET `path` of orders in `namespace` from the pod `client`, at the Service's cluster IP unless `address`
     is given; None when the connection fails (as a refused plaintext caller's does)."""
     target = address or mesh.server.cluster_ip(namespace, "orders")
     try:
-        response = mesh.pods[client].request(target, PORT, path, {"Host": service_host("orders", namespace)})
+        return mesh.pods[client].request(target, PORT, path, {"Host": service_host("orders", namespace)})
     except OSError:
         return None
-    return Answer(response.status, response.body.decode(errors="replace"))
 
 
 def _status(mesh: Mesh, client: str, namespace: str, path: str = "/orders/1", address: str | None = None) -> int | None:
@@ -176,7 +174,7 @@ def _status(mesh: Mesh, client: str, namespace: str, path: str = "/orders/1", ad
     return None if answer is None else answer.status
 
 
-def _client_certificate(answer: Answer) -> str:
+def _client_certificate(answer: Response) -> str:
     """The x-forwarded-client-cert header the server's sidecar added: the caller's and the server's identities."""
     return json.loads(answer.body)["headers"].get("x-forwarded-client-cert", "")
 
@@ -198,7 +196,7 @@ def test_the_declared_client_is_admitted_and_an_undeclared_one_refused_by_the_se
 
     eventually(lambda: _status(mesh, "billing", RETAIL, "/orders/from-billing") == 403, timeout=60, what="billing")
     refused = _call(mesh, "billing", RETAIL, "/orders/from-billing")
-    assert refused is not None and refused.body == "RBAC: access denied"
+    assert refused is not None and refused.body == b"RBAC: access denied"
     assert all(request["path"] != "/orders/from-billing" for request in mesh.seen["orders"])
 
 
@@ -212,7 +210,7 @@ def test_a_deny_path_refuses_the_declared_client_also_with_double_slashes(mesh: 
     assert mesh_config["pathNormalization"]["normalization"] == REQUIRED_PATH_NORMALIZATION
     eventually(lambda: _status(mesh, "cart", RETAIL) == 200, timeout=60, what="cart -> orders")
     answer = _call(mesh, "cart", RETAIL, path)
-    assert answer is not None and (answer.status, answer.body) == (403, "RBAC: access denied")
+    assert answer is not None and (answer.status, answer.body) == (403, b"RBAC: access denied")
     assert all("admin" not in request["path"] for request in mesh.seen["orders"])
 
 
@@ -225,11 +223,11 @@ def test_a_client_in_another_cluster_reaches_the_server_through_its_east_west_ga
     holds that.)"""
     stats_before = _passthrough_connections(mesh)
     eventually(
-        lambda: _status(mesh, "remote-cart", RETAIL, address=mesh.remote_vip) == 200,
+        lambda: _status(mesh, "remote-cart", RETAIL, address=mesh.remote_vips[RETAIL]) == 200,
         timeout=60,
         what="cart in cluster-b -> orders in cluster-a",
     )
-    answer = _call(mesh, "remote-cart", RETAIL, address=mesh.remote_vip)
+    answer = _call(mesh, "remote-cart", RETAIL, address=mesh.remote_vips[RETAIL])
     assert answer is not None
     identities = _client_certificate(answer)
     assert f"URI={_identity(RETAIL, 'cart')}" in identities
@@ -272,17 +270,21 @@ def test_strict_refuses_a_caller_without_a_sidecar(mesh: Mesh) -> None:
 
 
 def test_one_app_in_two_logical_clouds_keeps_its_clients_apart(mesh: Mesh) -> None:
-    """orders runs in the retail cloud (namespace s2s-retail) and in the ops cloud (s2s-ops) of one cluster:
-    their objects never share a name, each cart reaches its own cloud's orders, and ops' PERMISSIVE CIDR client
-    admits the plaintext partner of the range but no mesh caller from it (defect #9: the CIDR rendered as bare
-    `ipBlocks` matched billing's sidecar, and any caller via the east-west gateway, whose addresses it holds)."""
+    """orders runs twice in cluster-a: in the retail cloud (namespace s2s-retail) and in the ops cloud (s2s-ops),
+    both of which also hold cluster-b. Their objects never share a name in either cluster; each cart, local or in
+    cluster-b (two hosts, two VIPs, one east-west gateway with a Gateway per namespace), reaches its own cloud's
+    orders; and ops' PERMISSIVE CIDR client admits the plaintext partner of the range but no mesh caller from it
+    (defect #9: the CIDR rendered as bare `ipBlocks` matched billing's sidecar, and any caller via the
+    east-west gateway, whose address it holds: billing got 200 on the old render)."""
     retail, ops = mesh.fleet.service_intents
-    keys = [
-        (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
-        for intent in (retail, ops)
-        for o in render_service_intent(intent, mesh.fleet, SERVER)
-    ]
-    assert len(keys) == len(set(keys))
+    for cluster in (SERVER, REMOTE):
+        keys = [
+            (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+            for intent in (retail, ops)
+            for o in render_service_intent(intent, mesh.fleet, cluster)
+        ]
+        assert len(keys) == len(set(keys)), cluster
+    assert len(set(mesh.remote_vips.values())) == 2
 
     eventually(lambda: _status(mesh, "cart-ops", OPS) == 200, timeout=60, what="cart of ops -> orders of ops")
     answer = _call(mesh, "cart-ops", OPS)
@@ -290,6 +292,17 @@ def test_one_app_in_two_logical_clouds_keeps_its_clients_apart(mesh: Mesh) -> No
     assert f"URI={_identity(OPS, 'cart')}" in _client_certificate(answer)
     retail_answer = _call(mesh, "cart", RETAIL)
     assert retail_answer is not None and json.loads(retail_answer.body)["upstream"] == "orders"
+    remote_ops = mesh.remote_vips[OPS]
+    eventually(
+        lambda: _status(mesh, "remote-cart-ops", OPS, address=remote_ops) == 200,
+        timeout=60,
+        what="cart of ops in cluster-b -> orders of ops in cluster-a",
+    )
+    for client, namespace, upstream in (("remote-cart-ops", OPS, "orders-ops"), ("remote-cart", RETAIL, "orders")):
+        answer = _call(mesh, client, namespace, address=mesh.remote_vips[namespace])
+        assert answer is not None and answer.status == 200, (client, answer)
+        assert json.loads(answer.body)["upstream"] == upstream
+        assert f"URI={_identity(namespace, 'cart')}" in _client_certificate(answer)
 
     ops_pod = mesh.pods["orders-ops"].workload.address
     eventually(lambda: _status(mesh, "legacy", OPS, address=ops_pod) == 200, timeout=60, what="plaintext partner")
