@@ -165,6 +165,28 @@ class IstioCluster:
         if response.status_code not in (200, 202, 404):
             raise KubeError(response)
 
+    @contextlib.contextmanager
+    def applied(self, bodies: Iterable[Mapping[str, Any]]) -> Iterator[None]:
+        """`bodies` applied (as an agent applies what it receives), and deleted again at the end, so tests
+        sharing the cluster do not meet what this one wrote."""
+        applied: list[Mapping[str, Any]] = []
+        try:
+            for body in bodies:
+                self.apply(body)
+                applied.append(body)
+            yield
+        finally:
+            for body in reversed(applied):
+                self.delete(body["kind"], body["metadata"]["namespace"], body["metadata"]["name"])
+
+    def cluster_ip(self, namespace: str, service: str) -> str:
+        """The cluster IP the API server gave a Service: where a client pod calls it (its sidecar takes the call)."""
+        with self.kube.client() as client:
+            response = client.get(f"/api/v1/namespaces/{namespace}/services/{service}")
+        if response.status_code != 200:
+            raise KubeError(response)
+        return response.json()["spec"]["clusterIP"]
+
     def workload_certificate(self, namespace: str, service_account: str) -> list[x509.Certificate]:
         """The chain this cluster's istiod issues to ServiceAccount `namespace/service_account`, leaf first."""
         token = self.kube.service_account_token(namespace, service_account, audiences=[CA_AUDIENCE])
