@@ -770,3 +770,30 @@ def start_gateway(
                 yield gateway
             finally:
                 gateway.close()
+
+
+def envoy_stats(envoy: EnvoyProcess) -> dict[str, int]:
+    """The counters and gauges of a proxy's Envoy by name, those Istio's bootstrap keeps (e.g. `tcp.rbac.denied`)."""
+    status, body = envoy.admin("/stats")
+    if status != 200:
+        raise RuntimeError(f"/stats answered {status}: {body[:500]}")
+    stats = {}
+    for line in body.splitlines():
+        name, _, value = line.rpartition(": ")
+        if value.isdigit():
+            stats[name] = int(value)
+    return stats
+
+
+def upstream_connections(envoy: EnvoyProcess, cluster: str) -> int:
+    """Connections a proxy's Envoy opened through `cluster` (e.g. `outbound|443||<host>`, `PassthroughCluster`):
+    which route its traffic took. Read per upstream host from /clusters, which Istio's stats filter leaves whole."""
+    status, body = envoy.admin("/clusters")
+    if status != 200:
+        raise RuntimeError(f"/clusters answered {status}: {body[:500]}")
+    total = 0
+    for line in body.splitlines():
+        parts = line.rsplit("::", 2)
+        if len(parts) == 3 and parts[1] == "cx_total" and parts[0].partition("::")[0] == cluster:
+            total += int(parts[2])
+    return total

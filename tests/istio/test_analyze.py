@@ -23,10 +23,8 @@ from meshplane_testing.istio_judge import istio_version, namespace, stock_gatewa
 from meshplane_testing.process import MissingRequirement
 from meshplane_testing.renders import EXAMPLE_CLUSTERS, example_render, golden_scenarios
 
-KNOWN_DEFECTS = {
-    "defect #11 of issue 18 (a third-party egress proxy's TCP ServiceEntry without addresses)": r"IST0134 "
-    r"ServiceEntry .*-proxy: ServiceEntry addresses are required",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
+"""reason -> pattern of a finding a known render defect causes; each is a strict xfail until fixed."""
 ACCEPTED = {
     # The analyzer asks every DestinationRule credential for a workloadSelector, which a Secret needs; a
     # `configmap://` CA bundle of the rule's own namespace is served to any sidecar there.

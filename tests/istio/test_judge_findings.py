@@ -352,9 +352,6 @@ def test_an_egress_only_client_calls_a_mesh_service_on_its_cluster(edge_1: Verdi
     assert result.cluster == "outbound|8080||orders.shop.svc.cluster.local", result.raw
 
 
-@pytest.mark.xfail(
-    strict=True, reason="defect #11 of issue 18: a third-party egress proxy's TCP ServiceEntry has no addresses"
-)
 def test_a_tcp_egress_route_leaves_other_destinations_on_its_port_alone(egress_golden_core_1: Verdict) -> None:
     result = egress_golden_core_1.result("an unrelated TCP call on the proxy's port")
     assert result.cluster == "PassthroughCluster", result.raw

@@ -4,8 +4,9 @@ Per cluster where the intent applies (`placement_targets`), in the intent's name
 
 - a ServiceEntry (MESH_EXTERNAL) for the hosts, or for the addresses under a synthesized host
   `<intent>.<project>.external` (Istio needs a host even when matching is by address);
-- route `proxy`: a ServiceEntry for the third-party proxy and a VirtualService sending the
-  hosts' traffic to it (the proxy must forward transparently, by SNI or Host header);
+- route `proxy`: a ServiceEntry for the third-party proxy, at an address of its own (`proxy_address`),
+  and a VirtualService sending the hosts' traffic to it (the proxy must forward transparently, by SNI
+  or Host header);
 - route `egressGateway`: in `istio-system` (see `GATEWAY_NAMESPACE` for why), a Gateway on the
   egress gateway, a DestinationRule with one subset per host, one VirtualService per host (mesh →
   egress gateway over ISTIO_MUTUAL, egress gateway → external host, the application's TLS kept
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from meshplane.model.intents import (
     EgressIntentSpec,
     EgressPort,
+    EgressProxy,
     EgressVia,
     Resolution,
     ServiceProtocol,
@@ -65,6 +67,9 @@ AuthorizationPolicy go: an AuthorizationPolicy's selector only reaches workloads
 namespace, and clients of any namespace find a DestinationRule in the destination's namespace."""
 EGRESS_GATEWAY_SELECTOR = {"istio": "egressgateway"}
 EGRESS_GATEWAY_HOST = service_host("istio-egressgateway", GATEWAY_NAMESPACE)
+NAMED_PROXY_ADDRESSES = ipaddress.ip_network("240.241.0.0/16")
+"""Where a third-party proxy known by name gets the address its ServiceEntry needs (see `proxy_address`):
+reserved space (240/4), so no real host's, and apart from Istio's own allocation range (240.240.0.0/16)."""
 
 
 def _name(intent: Resource, purpose: str) -> str:
@@ -213,6 +218,21 @@ def _sni_routable(spec: EgressIntentSpec) -> bool:
     return bool(spec.hosts)
 
 
+def proxy_address(proxy: EgressProxy) -> str:
+    """The address of the proxy's ServiceEntry: without one, its TCP port would bind `0.0.0.0:<port>` in every
+    namespace it is exported to and carry all that port's traffic to the proxy, whatever the destination.
+
+    An IP proxy has its own. A named one gets a fixed address of `NAMED_PROXY_ADDRESSES` derived from its
+    name: nothing dials it (the hosts' routes name the proxy's cluster, which resolves the name), so it
+    only keeps the listener off every other destination; intents naming one proxy agree on it.
+    """
+    try:
+        return str(ipaddress.ip_address(proxy.address))
+    except ValueError:
+        digest = int.from_bytes(hashlib.sha256(proxy.address.encode()).digest()[:4], "big")
+        return str(NAMED_PROXY_ADDRESSES[1 + digest % (NAMED_PROXY_ADDRESSES.num_addresses - 2)])
+
+
 def _proxy_objects(
     intent: Resource, spec: EgressIntentSpec, namespace: str, export_to: list[str]
 ) -> tuple[list[dict], str]:
@@ -231,6 +251,7 @@ def _proxy_objects(
         "location": "MESH_EXTERNAL",
         "ports": [{"number": proxy.port, "name": f"tcp-{proxy.port}", "protocol": "TCP"}],
         "resolution": resolution,
+        "addresses": [proxy_address(proxy)],
         "exportTo": export_to,
     }
     if endpoints:

@@ -7,6 +7,7 @@ review the diff, and check them in.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshplane.model.resource import InvalidObject, Resource
-from meshplane.server.render.egress import render_egress_intent
+from meshplane.server.render.egress import NAMED_PROXY_ADDRESSES, proxy_address, render_egress_intent
 from meshplane.server.render.fleet import OWNER_NAME, OWNER_PROJECT, Fleet, placement_targets
 from meshplane.server.render.offline import project_documents
 from meshplane_testing.istio_schema import validate_istio
@@ -157,6 +158,25 @@ def test_addresses_without_hosts_get_a_synthesized_host_and_static_endpoints() -
     assert entry["spec"]["hosts"] == ["ledger-db.shop.external"]
     assert entry["spec"]["resolution"] == "STATIC"
     assert entry["spec"]["endpoints"] == [{"address": "203.0.113.10"}, {"address": "203.0.113.11"}]
+
+
+@pytest.mark.parametrize("proxy", ["10.40.0.5", "proxy.corp.example"])
+def test_a_proxy_entry_has_an_address_so_its_port_stays_open_to_other_destinations(proxy: str) -> None:
+    """Defect #11 of issue 18: the proxy's TCP entry had no address, so every sidecar it is exported to sent
+    all its traffic on the proxy's port there, whatever the destination."""
+    intents = egress_scenario()
+    spec = {**intents[1].spec.model_dump(by_alias=True, exclude_none=True)}
+    spec["route"] = {"via": "proxy", "proxy": {"address": proxy, "port": 3128}}
+    intent = parse("EgressIntent", "payments-ops", spec)
+    fleet = scenario_fleet(egress_intents=[intent])
+    entries = {e["metadata"]["name"]: e for e in by_kind(render_egress_intent(intent, fleet, "core-1"), "ServiceEntry")}
+    (address,) = entries["payments-ops-proxy"]["spec"]["addresses"]
+    if proxy == "10.40.0.5":
+        assert address == proxy
+    else:
+        assert ipaddress.ip_address(address) in NAMED_PROXY_ADDRESSES
+        other = parse("EgressIntent", "ledger-proxy", spec, project="bank")
+        assert address == proxy_address(other.spec.route.proxy)
 
 
 def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
