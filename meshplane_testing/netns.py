@@ -175,9 +175,9 @@ class Forwarder:
         upstream.settimeout(None)
         with self._lock:
             self._connections.update((client, upstream))
-        pump = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        pump = threading.Thread(target=copy_stream, args=(upstream, client), daemon=True)
         pump.start()
-        _pump(client, upstream)
+        copy_stream(client, upstream)
         pump.join()
         with self._lock:
             self._connections.difference_update((client, upstream))
@@ -204,7 +204,7 @@ def _listening_socket(address: tuple[str, int]) -> socket.socket:
     return listener
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def copy_stream(source: socket.socket, sink: socket.socket) -> None:
     """Copy until `source` ends, then pass the end on (half-close), as a TCP proxy does."""
     try:
         while data := source.recv(65536):

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from meshplane_testing.netns import _pump
+from meshplane_testing.netns import copy_stream
 
 _HANDSHAKE = 0x16
 _CLIENT_HELLO = 0x01
@@ -82,9 +82,9 @@ def run_sni_proxy(upstreams: Mapping[str, int]) -> Iterator[SniProxy]:
             with socket.create_connection(("127.0.0.1", upstreams[name]), timeout=5) as upstream:
                 upstream.settimeout(None)
                 upstream.sendall(hello)
-                back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+                back = threading.Thread(target=copy_stream, args=(upstream, client), daemon=True)
                 back.start()
-                _pump(client, upstream)
+                copy_stream(client, upstream)
                 back.join(timeout=10)
 
     def accept() -> None:
