@@ -44,6 +44,8 @@ import ipaddress
 from collections import defaultdict
 
 from meshplane.model.intents import (
+    DEFAULT_RECORD_TTL,
+    DnsTarget,
     Entity,
     IngressIntentSpec,
     IngressRoute,
@@ -200,18 +202,23 @@ def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, fleet: Fleet, targ
     if writer is None:
         return []
     addresses = {a for c in targets for a in fleet.clusters[c].ingress_addresses}
-    zones: dict[str, set[str]] = defaultdict(set)
+    zones: dict[str, list[DnsTarget]] = defaultdict(list)
     for target in spec.dns:
-        zones[target.server].add(target.zone)
+        zones[target.server].append(target)
     out = []
     for server in sorted(zones):
-        names = sorted({h for h in spec.hosts for z in zones[server] if _in_zone(h, z)})
-        if not names:
+        # A host's TTL is its closest zone's (the longest that holds it) on that server.
+        ttls: dict[str, int] = {}
+        for target in sorted(zones[server], key=lambda t: len(t.zone.rstrip("."))):
+            for host in spec.hosts:
+                if _in_zone(host, target.zone):
+                    ttls[host] = target.ttl or DEFAULT_RECORD_TTL
+        if not ttls:
             continue
         labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}
         endpoints = [
-            {"dnsName": n, "recordType": kind, "targets": records}
-            for n in names
+            {"dnsName": n, "recordType": kind, "targets": records, "recordTTL": ttls[n]}
+            for n in sorted(ttls)
             for kind, records in _record_sets(addresses)
         ]
         out.append(

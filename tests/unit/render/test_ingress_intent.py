@@ -109,7 +109,8 @@ def check_dns_endpoint(obj: dict) -> None:
     assert DNS_SERVER_LABEL in obj["metadata"]["labels"]
     assert set(obj["spec"]) == {"endpoints"} and obj["spec"]["endpoints"]
     for endpoint in obj["spec"]["endpoints"]:
-        assert set(endpoint) == {"dnsName", "recordType", "targets"}
+        assert set(endpoint) == {"dnsName", "recordType", "targets", "recordTTL"}
+        assert isinstance(endpoint["recordTTL"], int) and endpoint["recordTTL"] > 0
         assert endpoint["recordType"] in ("A", "AAAA", "CNAME")
         assert endpoint["targets"] and all(isinstance(t, str) and t for t in endpoint["targets"])
 
@@ -208,6 +209,47 @@ def test_a_hostname_address_becomes_a_cname_only_where_no_serving_cluster_has_an
     clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net", "203.0.113.12"))
     mixed = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
     assert mixed["edge-1"]["partner-dns"] == [("www.shop.example.com", "A", ["203.0.113.12"])]
+
+
+def _ttls(intent: Resource, fleet: Fleet) -> dict[tuple[str, str], set[int | None]]:
+    """(server, host) -> the recordTTLs its endpoints carry, over every cluster."""
+    out: dict[tuple[str, str], set[int | None]] = {}
+    for cluster in fleet.clusters:
+        for obj in by_kind(render_ingress_intent(intent, fleet, cluster), "DNSEndpoint"):
+            server = obj["metadata"]["labels"][DNS_SERVER_LABEL]
+            for endpoint in obj["spec"]["endpoints"]:
+                out.setdefault((server, endpoint["dnsName"]), set()).add(endpoint.get("recordTTL"))
+    return out
+
+
+def test_every_record_carries_a_ttl_the_default_or_its_dns_targets() -> None:
+    """Without one external-dns publishes TTL 0, and no resolver keeps the answer."""
+    storefront = ingress_scenario()[0]
+    assert _ttls(storefront, scenario_fleet()) == {
+        ("public-dns", "shop.example.com"): {60},
+        ("public-dns", "www.shop.example.com"): {60},
+        ("partner-dns", "www.shop.example.com"): {60},
+    }
+    spec = storefront.spec.to_wire()
+    spec["dns"] = [
+        {"server": "public-dns", "zone": "example.com", "ttl": 300},
+        {"server": "public-dns", "zone": "www.shop.example.com", "ttl": 30},
+        {"server": "partner-dns", "zone": "www.shop.example.com"},
+    ]
+    chosen = parse("IngressIntent", "storefront", spec)
+    assert _ttls(chosen, scenario_fleet()) == {
+        ("public-dns", "shop.example.com"): {300},
+        ("public-dns", "www.shop.example.com"): {30},  # its closest zone's
+        ("partner-dns", "www.shop.example.com"): {60},
+    }
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 86401, "60s"])
+def test_a_dns_ttl_out_of_range_is_refused(ttl: object) -> None:
+    spec = ingress_scenario()[0].spec.to_wire()
+    spec["dns"][0]["ttl"] = ttl
+    with pytest.raises(ValueError, match="ttl"):
+        parse("IngressIntent", "storefront", spec)
 
 
 def test_no_dns_records_where_no_serving_cluster_has_an_ingress_address() -> None:
