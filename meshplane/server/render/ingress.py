@@ -173,6 +173,16 @@ def _in_zone(host: str, zone: str) -> bool:
     return bare == zone or host.endswith(f".{zone}")
 
 
+def is_zone_apex(host: str, zone: str) -> bool:
+    """Where the zone's SOA and NS records are: no CNAME may be there (bind9 drops one without an error)."""
+    return host == zone.rstrip(".")
+
+
+def only_hostnames(addresses: set[str]) -> bool:
+    """Whether records of these addresses are a CNAME: there are some, and none is an IP address."""
+    return bool(addresses) and not any(_is_ip(a) for a in addresses)
+
+
 def _record_sets(addresses: set[str]) -> list[tuple[str, list[str]]]:
     """(record type, targets): A and AAAA for the IP addresses; a CNAME only where there is no IP, to
     the first hostname (DNS allows one CNAME per name and nothing beside it)."""
@@ -213,6 +223,9 @@ def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, fleet: Fleet, targ
             for host in spec.hosts:
                 if _in_zone(host, target.zone):
                     ttls[host] = target.ttl or DEFAULT_RECORD_TTL
+        if only_hostnames(addresses):  # refused at write time; left out should the addresses change since
+            apexes = {h for h in ttls for t in zones[server] if is_zone_apex(h, t.zone)}
+            ttls = {h: ttl for h, ttl in ttls.items() if h not in apexes}
         if not ttls:
             continue
         labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}

@@ -205,7 +205,10 @@ def test_a_hostname_address_becomes_a_cname_only_where_no_serving_cluster_has_an
     clusters["edge-1"] = dataclasses.replace(clusters["edge-1"], ingress_addresses=("lb-b.example.net",))
     clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net",))
     cname = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
-    assert cname["edge-1"]["partner-dns"] == [("www.shop.example.com", "CNAME", ["lb-a.example.net"])]
+    assert cname["edge-1"]["public-dns"] == [
+        (host, "CNAME", ["lb-a.example.net"]) for host in ("shop.example.com", "www.shop.example.com")
+    ]
+    assert "partner-dns" not in cname["edge-1"]  # its zone's apex: no CNAME there
     clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net", "203.0.113.12"))
     mixed = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
     assert mixed["edge-1"]["partner-dns"] == [("www.shop.example.com", "A", ["203.0.113.12"])]
@@ -376,3 +379,19 @@ def test_generated_ingress_objects_are_valid(fleet: Fleet) -> None:
     for cluster in CLUSTERS:
         for obj in render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster):
             check_valid(obj)
+
+
+def test_no_cname_is_rendered_at_a_zone_apex() -> None:
+    """Addresses reported after the intent was accepted may be hostnames only: the apex then gets no record
+    (bind9 drops a CNAME there and external-dns sends it again every sync), the names below it still do."""
+    spec = ingress_scenario()[0].spec.to_wire()
+    spec["hosts"] = ["example.com", "shop.example.com"]
+    apex = parse("IngressIntent", "storefront", spec)
+    clusters = {
+        name: dataclasses.replace(info, ingress_addresses=("lb-a.example.net",))
+        for name, info in scenario_clusters().items()
+    }
+    records = _writers(apex, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
+    assert records["edge-1"]["public-dns"] == [("shop.example.com", "CNAME", ["lb-a.example.net"])]
+    with_ip = _writers(apex, scenario_fleet())
+    assert [r[0] for r in with_ip["edge-1"]["public-dns"]] == ["example.com"] * 2 + ["shop.example.com"] * 2
