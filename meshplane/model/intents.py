@@ -551,9 +551,18 @@ class EgressIntentSpec(WireModel):
                 )
 
 
+DEFAULT_RECORD_TTL = 60
+"""Seconds, for records whose DNS target names none: resolvers keep answers a minute, and a cluster that
+stops serving a host drops out of them a minute later."""
+MAX_RECORD_TTL = 86400
+"""A day: longer, and a cluster that stops serving a host stays in resolvers' answers for days."""
+
+
 class DnsTarget(WireModel):
     server: Name
     zone: str = Field(min_length=1)
+    ttl: int | None = Field(default=None, ge=1, le=MAX_RECORD_TTL)
+    """Seconds resolvers may keep the records of this zone's hosts; absent: DEFAULT_RECORD_TTL."""
 
 
 class TlsMode(StrEnum):

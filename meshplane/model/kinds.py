@@ -93,7 +93,8 @@ class IngressGateway(WireModel):
 
     The public addresses of the ingress gateway's Service (its load balancer's IPs or hostname), never the
     east-west gateway's: that one passes mesh mTLS through on 15443 and has no user-facing listener.
-    Declared with the cluster: the agent does not read them from the Service's status.loadBalancer.
+    Declared addresses win; without them the cluster's are those its agent reports from the ingress gateway
+    Service's status.loadBalancer (see `ServiceEndpointSpec.load_balancer`).
     """
 
     addresses: list[IngressAddress] = Field(min_length=1)
@@ -113,7 +114,8 @@ class ClusterSpec(WireModel):
     description: str = ""
     east_west_gateway: EastWestGateway | None = None
     ingress_gateway: IngressGateway | None = None
-    """Without it the cluster serves user-facing hosts but no DNS record points at it."""
+    """Without it the DNS records of user-facing hosts point at the addresses the cluster's agent reports for its
+    ingress gateway Service, and at nothing while it reports none."""
     publish: ClusterPublish = Field(default_factory=ClusterPublish)
 
 

@@ -383,6 +383,13 @@ REGISTRY = KindRegistry(
             writable=False,
             feeds=frozenset({Feed.ACCESS}),
         ),
-        KindInfo("ServiceEndpoint", "serviceendpoints", Scope.PROJECT, ServiceEndpointSpec, writable=False),
+        KindInfo(
+            "ServiceEndpoint",
+            "serviceendpoints",
+            Scope.PROJECT,
+            ServiceEndpointSpec,
+            writable=False,
+            feeds=frozenset({Feed.MANIFESTS}),  # the ingress gateway's load balancer: a cluster's ingress addresses
+        ),
     ]
 )

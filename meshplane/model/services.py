@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from meshplane.model.base import WireModel
-from meshplane.model.kinds import EastWestGateway, Port
+from meshplane.model.kinds import EastWestGateway, IngressAddress, Port
 from meshplane.model.meta import Name
 
 CLUSTER_LABEL = "meshplane.io/cluster"
@@ -38,6 +38,9 @@ class ServiceEndpointSpec(WireModel):
     """Empty for a headless or ExternalName service."""
     east_west_gateway: EastWestGateway | None = None
     """Where other clusters reach this cluster's services, when its agent is told."""
+    load_balancer: list[IngressAddress] | None = None
+    """The Service's `status.loadBalancer.ingress` (IPs or hostnames); absent while it has none. The ingress
+    gateway's are the cluster's ingress addresses where its Cluster object declares none."""
 
     def port(self, number: int) -> ServicePort | None:
         return next((port for port in self.ports if port.port == number), None)

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from meshplane.model.intents import (
     EgressIntentSpec,
     IngressIntentSpec,
+    LogicalCloudSpec,
     RouteTarget,
     ServiceIntentSpec,
     ServiceProtocol,
@@ -18,8 +19,10 @@ from meshplane.model.intents import (
 )
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.model.stored import StoredObject
+from meshplane.server.manifests import stored_cluster_info
 from meshplane.server.problems import Problem
-from meshplane.server.render.ingress import passthrough_route
+from meshplane.server.render.fleet import Fleet, placement_targets
+from meshplane.server.render.ingress import is_zone_apex, only_hostnames, passthrough_route
 from meshplane.store.store import Store
 
 
@@ -52,11 +55,43 @@ async def check_intent(store: Store, resource: Resource) -> int | None:
                         )
                     )
         errors += _passthrough_to_http(spec, served)
+        if any(is_zone_apex(h, t.zone) for h in spec.hosts for t in spec.dns):
+            clusters, _ = await store.list("Cluster")
+            errors += apex_cnames(resource, clusters, (await store.list("LogicalCloud", project))[0])
     if isinstance(spec, ServiceIntentSpec) and spec.service.protocol.is_http:
         errors += _http_behind_passthrough(spec, (await store.list("IngressIntent", project))[0])
     if errors:
         raise InvalidObject(errors)
     return await _check_claims(store, resource)
+
+
+def apex_cnames(resource: Resource, clusters: list[StoredObject], clouds: list[StoredObject]) -> list[FieldError]:
+    """A host at the apex of one of its DNS zones whose serving clusters declare hostname ingress addresses
+    only: its record would be a CNAME, which no DNS server keeps beside the zone's SOA and NS records."""
+    spec: IngressIntentSpec = resource.spec
+    project = resource.metadata.project or ""
+    fleet = Fleet(
+        clusters={o.name: stored_cluster_info(o) for o in clusters},
+        logical_clouds={(project, o.name): LogicalCloudSpec.model_validate(o.spec) for o in clouds},
+    )
+    targets = placement_targets(fleet, project, spec.placement)
+    addresses = {a for c in targets for a in fleet.clusters[c].ingress_addresses}
+    if not only_hostnames(addresses):
+        return []
+    listed = ", ".join(sorted(addresses))
+    return [
+        FieldError(
+            path=f"spec.hosts[{index}]",
+            message=(
+                f"{host} is the apex of zone {target.zone} on DNS server {target.server}, where a CNAME cannot "
+                f"be, and the clusters serving it have hostname ingress addresses only ({listed}): give one "
+                "of them an IP address (spec.ingressGateway.addresses) or publish a name below the zone"
+            ),
+        )
+        for index, host in enumerate(spec.hosts)
+        for target in spec.dns
+        if is_zone_apex(host, target.zone)
+    ]
 
 
 def collides_with_intent_claims(resource: Resource, other: StoredObject) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from meshplane.model.intents import LogicalCloudSpec
+from meshplane.model.intents import DEFAULT_RECORD_TTL, LogicalCloudSpec
 from meshplane.model.kinds import EastWestGateway
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import Resource
@@ -439,17 +439,21 @@ def test_a_cname_at_the_zone_apex_is_never_published(edge_1: KubeAPIServer, publ
         apply_as_agent(edge_1, [])
 
 
-def test_a_record_set_without_a_ttl_is_published_with_ttl_0(edge_1: KubeAPIServer, public_dns: DnsServer, logs: Path):
-    """What the renderer leaves to external-dns when a DNSEndpoint has no recordTTL: with RFC 2136, a TTL of
-    0 (no resolver keeps the answer, every lookup reaches the DNS server); with one, that TTL."""
+def test_a_rendered_record_set_is_published_with_its_ttl(edge_1: KubeAPIServer, public_dns: DnsServer, logs: Path):
+    """external-dns publishes a DNSEndpoint with no recordTTL with TTL 0 over RFC 2136 (no resolver keeps the
+    answer): the renderer always sets one, its default or the intent's DNS target's."""
     host = "ttl.example.com"
-    endpoint = _one_writer_endpoint("ttl-dns.public-dns", host, [ADDRESSES["edge-1"]])
+    intent = ingress_intent("ttl", [host], ["public-dns"])
     with start_external_dns(edge_1, public_dns, "edge-1", logs):
-        apply_as_agent(edge_1, [endpoint])
+        apply_as_agent(edge_1, dns_endpoints(fleet(["edge-1"], [intent]), "edge-1"))
         answers_become(public_dns, host, [ADDRESSES["edge-1"]])
-        assert public_dns.ttls(host) == {0}
-        endpoint["spec"]["endpoints"][0]["recordTTL"] = 60
-        apply_as_agent(edge_1, [endpoint])
-        eventually(lambda: public_dns.ttls(host) == {60}, timeout=PUBLISHED, what=f"{host} published with TTL 60")
+        assert public_dns.ttls(host) == {DEFAULT_RECORD_TTL}
+        spec = intent.spec.to_wire()
+        spec["dns"][0]["ttl"] = 300
+        chosen = REGISTRY.parse(
+            {"kind": "IngressIntent", "metadata": {"name": "ttl", "project": PROJECT}, "spec": spec}
+        )
+        apply_as_agent(edge_1, dns_endpoints(fleet(["edge-1"], [chosen]), "edge-1"))
+        eventually(lambda: public_dns.ttls(host) == {300}, timeout=PUBLISHED, what=f"{host} published with TTL 300")
         apply_as_agent(edge_1, [])
         answers_become(public_dns, host, [])

@@ -93,6 +93,23 @@ def test_a_port_an_ingress_passes_tls_to_cannot_become_http(server: ServerProces
         assert http.get(object_path(vault)).json()["spec"]["service"]["protocol"] == "TLS"
 
 
+def test_a_zone_apex_that_could_only_be_a_cname_is_refused_with_its_host(server: ServerProcess) -> None:
+    with server.http() as http:
+        apply(http, "clusters.yaml", "service-to-service.yaml")
+        for name in ("edge-1", "edge-2"):
+            cluster = http.get(f"/v1/clusters/{name}").json()
+            cluster["spec"]["ingressGateway"] = {"addresses": [f"lb-{name}.cloud.test"]}
+            assert http.put(f"/v1/clusters/{name}", json=cluster).status_code == 200
+        [ingress] = load_documents((EXAMPLES / "user-facing.yaml").read_text())
+        ingress["spec"]["hosts"] = ["example.com"]
+        refused = http.put(object_path(ingress), json=ingress)
+        assert refused.status_code == 422, refused.text
+        errors = refused.json()["errors"]  # one per DNS server publishing the zone
+        assert [e["path"] for e in errors] == ["spec.hosts[0]"] * 2
+        assert all("apex of zone example.com" in e["message"] and "CNAME" in e["message"] for e in errors)
+        assert http.get(object_path(ingress)).status_code == 404
+
+
 def test_two_intents_cannot_claim_one_host(server: ServerProcess) -> None:
     with server.http() as http:
         apply(http, "clusters.yaml", "service-to-service.yaml", "user-facing.yaml")

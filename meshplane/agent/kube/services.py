@@ -37,6 +37,8 @@ class LocalService:
 def local_service(cluster: str, obj: Mapping[str, Any], gateway: EastWestGateway | None) -> LocalService:
     """A Service object as the listing has it (ValidationError for one the model cannot take)."""
     meta, spec = obj["metadata"], obj.get("spec") or {}
+    balanced = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    load_balancer = [address for entry in balanced if (address := entry.get("ip") or entry.get("hostname"))]
     ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
     ports = [
         {key: port[key] for key in ("name", "port", "protocol", "targetPort") if port.get(key) is not None}
@@ -50,6 +52,7 @@ def local_service(cluster: str, obj: Mapping[str, Any], gateway: EastWestGateway
             "ports": ports,
             "clusterIPs": [ip for ip in ips if ip != "None"],  # "None": a headless service
             "eastWestGateway": gateway,
+            "loadBalancer": load_balancer or None,
         }
     )
     return LocalService(dict(meta.get("labels") or {}), endpoint)

@@ -24,11 +24,16 @@ class ClusterInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     east_west: EastWestGateway | None = None
     ingress_addresses: tuple[str, ...] = ()
-    """The ingress gateway's user-facing addresses (ClusterSpec.ingressGateway); empty when not known."""
+    """The ingress gateway's user-facing addresses (declared, else reported); empty when not known."""
+
+
+INGRESS_GATEWAY_SERVICE = ("istio-system", "istio-ingressgateway")
+"""(namespace, name) of the Service whose load balancer a cluster reports as its ingress addresses."""
 
 
 def cluster_info(name: str, labels: Mapping[str, str], spec: ClusterSpec) -> ClusterInfo:
-    """What rendering reads of one Cluster object."""
+    """What rendering reads of one Cluster object (the server adds reported ingress addresses where it
+    declares none: `ManifestProjection.cluster_infos`)."""
     ingress = tuple(spec.ingress_gateway.addresses) if spec.ingress_gateway else ()
     return ClusterInfo(name, dict(labels), spec.east_west_gateway, ingress)
 

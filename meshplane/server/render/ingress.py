@@ -44,6 +44,8 @@ import ipaddress
 from collections import defaultdict
 
 from meshplane.model.intents import (
+    DEFAULT_RECORD_TTL,
+    DnsTarget,
     Entity,
     IngressIntentSpec,
     IngressRoute,
@@ -171,6 +173,16 @@ def _in_zone(host: str, zone: str) -> bool:
     return bare == zone or host.endswith(f".{zone}")
 
 
+def is_zone_apex(host: str, zone: str) -> bool:
+    """Where the zone's SOA and NS records are: no CNAME may be there (bind9 drops one without an error)."""
+    return host == zone.rstrip(".")
+
+
+def only_hostnames(addresses: set[str]) -> bool:
+    """Whether records of these addresses are a CNAME: there are some, and none is an IP address."""
+    return bool(addresses) and not any(_is_ip(a) for a in addresses)
+
+
 def _record_sets(addresses: set[str]) -> list[tuple[str, list[str]]]:
     """(record type, targets): A and AAAA for the IP addresses; a CNAME only where there is no IP, to
     the first hostname (DNS allows one CNAME per name and nothing beside it)."""
@@ -200,18 +212,26 @@ def _dns_endpoints(intent: Resource, spec: IngressIntentSpec, fleet: Fleet, targ
     if writer is None:
         return []
     addresses = {a for c in targets for a in fleet.clusters[c].ingress_addresses}
-    zones: dict[str, set[str]] = defaultdict(set)
+    zones: dict[str, list[DnsTarget]] = defaultdict(list)
     for target in spec.dns:
-        zones[target.server].add(target.zone)
+        zones[target.server].append(target)
     out = []
     for server in sorted(zones):
-        names = sorted({h for h in spec.hosts for z in zones[server] if _in_zone(h, z)})
-        if not names:
+        # A host's TTL is its closest zone's (the longest that holds it) on that server.
+        ttls: dict[str, int] = {}
+        for target in sorted(zones[server], key=lambda t: len(t.zone.rstrip("."))):
+            for host in spec.hosts:
+                if _in_zone(host, target.zone):
+                    ttls[host] = target.ttl or DEFAULT_RECORD_TTL
+        if only_hostnames(addresses):  # refused at write time; left out should the addresses change since
+            apexes = {h for h in ttls for t in zones[server] if is_zone_apex(h, t.zone)}
+            ttls = {h: ttl for h, ttl in ttls.items() if h not in apexes}
+        if not ttls:
             continue
         labels = {**owner_labels(intent), DNS_SERVER_LABEL: server}
         endpoints = [
-            {"dnsName": n, "recordType": kind, "targets": records}
-            for n in names
+            {"dnsName": n, "recordType": kind, "targets": records, "recordTTL": ttls[n]}
+            for n in sorted(ttls)
             for kind, records in _record_sets(addresses)
         ]
         out.append(

@@ -109,7 +109,8 @@ def check_dns_endpoint(obj: dict) -> None:
     assert DNS_SERVER_LABEL in obj["metadata"]["labels"]
     assert set(obj["spec"]) == {"endpoints"} and obj["spec"]["endpoints"]
     for endpoint in obj["spec"]["endpoints"]:
-        assert set(endpoint) == {"dnsName", "recordType", "targets"}
+        assert set(endpoint) == {"dnsName", "recordType", "targets", "recordTTL"}
+        assert isinstance(endpoint["recordTTL"], int) and endpoint["recordTTL"] > 0
         assert endpoint["recordType"] in ("A", "AAAA", "CNAME")
         assert endpoint["targets"] and all(isinstance(t, str) and t for t in endpoint["targets"])
 
@@ -204,10 +205,54 @@ def test_a_hostname_address_becomes_a_cname_only_where_no_serving_cluster_has_an
     clusters["edge-1"] = dataclasses.replace(clusters["edge-1"], ingress_addresses=("lb-b.example.net",))
     clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net",))
     cname = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
-    assert cname["edge-1"]["partner-dns"] == [("www.shop.example.com", "CNAME", ["lb-a.example.net"])]
+    assert cname["edge-1"]["public-dns"] == [
+        (host, "CNAME", ["lb-a.example.net"]) for host in ("shop.example.com", "www.shop.example.com")
+    ]
+    assert "partner-dns" not in cname["edge-1"]  # its zone's apex: no CNAME there
     clusters["edge-2"] = dataclasses.replace(clusters["edge-2"], ingress_addresses=("lb-a.example.net", "203.0.113.12"))
     mixed = _writers(storefront, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
     assert mixed["edge-1"]["partner-dns"] == [("www.shop.example.com", "A", ["203.0.113.12"])]
+
+
+def _ttls(intent: Resource, fleet: Fleet) -> dict[tuple[str, str], set[int | None]]:
+    """(server, host) -> the recordTTLs its endpoints carry, over every cluster."""
+    out: dict[tuple[str, str], set[int | None]] = {}
+    for cluster in fleet.clusters:
+        for obj in by_kind(render_ingress_intent(intent, fleet, cluster), "DNSEndpoint"):
+            server = obj["metadata"]["labels"][DNS_SERVER_LABEL]
+            for endpoint in obj["spec"]["endpoints"]:
+                out.setdefault((server, endpoint["dnsName"]), set()).add(endpoint.get("recordTTL"))
+    return out
+
+
+def test_every_record_carries_a_ttl_the_default_or_its_dns_targets() -> None:
+    """Without one external-dns publishes TTL 0, and no resolver keeps the answer."""
+    storefront = ingress_scenario()[0]
+    assert _ttls(storefront, scenario_fleet()) == {
+        ("public-dns", "shop.example.com"): {60},
+        ("public-dns", "www.shop.example.com"): {60},
+        ("partner-dns", "www.shop.example.com"): {60},
+    }
+    spec = storefront.spec.to_wire()
+    spec["dns"] = [
+        {"server": "public-dns", "zone": "example.com", "ttl": 300},
+        {"server": "public-dns", "zone": "www.shop.example.com", "ttl": 30},
+        {"server": "partner-dns", "zone": "www.shop.example.com"},
+    ]
+    chosen = parse("IngressIntent", "storefront", spec)
+    assert _ttls(chosen, scenario_fleet()) == {
+        ("public-dns", "shop.example.com"): {300},
+        ("public-dns", "www.shop.example.com"): {30},  # its closest zone's
+        ("partner-dns", "www.shop.example.com"): {60},
+    }
+
+
+@pytest.mark.parametrize("ttl", [0, -1, 86401, "60s"])
+def test_a_dns_ttl_out_of_range_is_refused(ttl: object) -> None:
+    spec = ingress_scenario()[0].spec.to_wire()
+    spec["dns"][0]["ttl"] = ttl
+    with pytest.raises(ValueError, match="ttl"):
+        parse("IngressIntent", "storefront", spec)
 
 
 def test_no_dns_records_where_no_serving_cluster_has_an_ingress_address() -> None:
@@ -334,3 +379,19 @@ def test_generated_ingress_objects_are_valid(fleet: Fleet) -> None:
     for cluster in CLUSTERS:
         for obj in render_all(render_ingress_intent, fleet.ingress_intents, fleet, cluster):
             check_valid(obj)
+
+
+def test_no_cname_is_rendered_at_a_zone_apex() -> None:
+    """Addresses reported after the intent was accepted may be hostnames only: the apex then gets no record
+    (bind9 drops a CNAME there and external-dns sends it again every sync), the names below it still do."""
+    spec = ingress_scenario()[0].spec.to_wire()
+    spec["hosts"] = ["example.com", "shop.example.com"]
+    apex = parse("IngressIntent", "storefront", spec)
+    clusters = {
+        name: dataclasses.replace(info, ingress_addresses=("lb-a.example.net",))
+        for name, info in scenario_clusters().items()
+    }
+    records = _writers(apex, Fleet(clusters=clusters, logical_clouds=fleet_clouds()))
+    assert records["edge-1"]["public-dns"] == [("shop.example.com", "CNAME", ["lb-a.example.net"])]
+    with_ip = _writers(apex, scenario_fleet())
+    assert [r[0] for r in with_ip["edge-1"]["public-dns"]] == ["example.com"] * 2 + ["shop.example.com"] * 2
