@@ -2,9 +2,8 @@
 
 Every example cluster and every golden scenario is analyzed with the stock gateways' Services,
 Deployments and Pods beside it (so gateway selectors and ports have something to match), and the
-namespaces its objects live in; an Error or Warning from the analysis is a render defect. The
-defects it reports today are each a test below, marked xfail until the fix that flips it; one message is
-accepted, with its reason (ACCEPTED); any other message fails at once.
+namespaces its objects live in; an Error or Warning from the analysis is a render defect and fails
+the test; one message is accepted, with its reason (ACCEPTED).
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from meshplane_testing.istio_judge import istio_version, namespace, stock_gatewa
 from meshplane_testing.process import MissingRequirement
 from meshplane_testing.renders import EXAMPLE_CLUSTERS, example_render, golden_scenarios
 
-KNOWN_DEFECTS: dict[str, str] = {}
-"""reason -> pattern of a finding a known render defect causes; each is a strict xfail until fixed."""
 ACCEPTED = {
     # The analyzer asks every DestinationRule credential for a workloadSelector, which a Secret needs; a
     # `configmap://` CA bundle of the rule's own namespace is served to any sidecar there.
@@ -73,21 +70,9 @@ def analyses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     return {name: analyze(objects, tmp_path_factory.mktemp("analyze")) for name, objects in scenarios().items()}
 
 
-def test_analyze_reports_nothing_but_the_known_defects(analyses: dict[str, list[str]]) -> None:
+def test_analyze_reports_no_error_or_warning_on_any_render(analyses: dict[str, list[str]]) -> None:
     unknown = {
-        name: [m for m in messages if not any(re.search(p, m) for p in (*KNOWN_DEFECTS.values(), *ACCEPTED.values()))]
+        name: [m for m in messages if not any(re.search(p, m) for p in ACCEPTED.values())]
         for name, messages in analyses.items()
     }
     assert {name: messages for name, messages in unknown.items() if messages} == {}
-
-
-@pytest.mark.parametrize(
-    "pattern",
-    [
-        pytest.param(p, id=reason, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for reason, p in KNOWN_DEFECTS.items()
-    ],
-)
-def test_analyze_no_longer_reports(pattern: str, analyses: dict[str, list[str]]) -> None:
-    found = {name: [m for m in messages if re.search(pattern, m)] for name, messages in analyses.items()}
-    assert {name: messages for name, messages in found.items() if messages} == {}
