@@ -13,9 +13,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
+
+from meshplane.security.ca import authority_certificate
 
 _VALIDITY = timedelta(days=2)
 _CLOCK_SKEW = timedelta(minutes=5)
@@ -45,34 +47,18 @@ def _authority(common_name: str, issuer: Authority | None, path_length: int) -> 
         ]
     )
     start = datetime.now(UTC) - _CLOCK_SKEW
-    signer = issuer.key if issuer else key
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer.certificate.subject if issuer else subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(start + _VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
+    # digitalSignature as istiod's own CA certificates carry it.
+    certificate = authority_certificate(
+        subject,
+        key.public_key(),
+        issuer.certificate.subject if issuer else subject,
+        issuer.key if issuer else key,
+        start,
+        start + _VALIDITY,
+        path_length=path_length,
+        digital_signature=True,
     )
-    return Authority(builder.sign(signer, hashes.SHA256()), key)
+    return Authority(certificate, key)
 
 
 class MeshRoot:

@@ -25,6 +25,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes, CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from meshplane import secret_files
@@ -86,21 +87,37 @@ def _now(now: datetime | None) -> datetime:
 def create_ca(now: datetime | None = None) -> KeyPair:
     """A new self-signed CA that may sign leaf certificates only (path length 0)."""
     key = _new_key()
-    start = _now(now) - CLOCK_SKEW
     name = _subject("meshplane CA")
-    public = key.public_key()
-    certificate = (
+    start = _now(now) - CLOCK_SKEW
+    certificate = authority_certificate(name, key.public_key(), name, key, start, start + CA_VALIDITY, path_length=0)
+    return KeyPair(certificate, key)
+
+
+def authority_certificate(
+    subject: x509.Name,
+    public_key: CertificatePublicKeyTypes,
+    issuer: x509.Name,
+    signer: CertificateIssuerPrivateKeyTypes,
+    not_before: datetime,
+    not_after: datetime,
+    *,
+    path_length: int,
+    digital_signature: bool = False,
+) -> x509.Certificate:
+    """A CA certificate for `subject`, signed by `signer` (its own key when self-signed): it may sign
+    certificates and revocation lists, and CAs below it down to `path_length` more levels."""
+    return (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(public)
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(start + CA_VALIDITY)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=path_length), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=False,
+                digital_signature=digital_signature,
                 content_commitment=False,
                 key_encipherment=False,
                 data_encipherment=False,
@@ -112,10 +129,10 @@ def create_ca(now: datetime | None = None) -> KeyPair:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
+        .sign(signer, hashes.SHA256())
     )
-    return KeyPair(certificate, key)
 
 
 def _issue(
