@@ -84,6 +84,11 @@ class GatewayPublisher(NoCallbacks):
         self._nodes: dict[str, _NodeView] = {}
         self._changed = asyncio.Condition()
 
+    @property
+    def connected(self) -> int:
+        """Gateways with an open stream: a publish with none connected is Applied at once."""
+        return len(self._nodes)
+
     async def publish(self, config: EnvoyConfig) -> PublishOutcome:
         """Three steps, each acknowledged before the next: new clusters and endpoints join the old ones
         (and warm), listeners and routes switch, then clusters no longer used go. A step that changes
@@ -94,7 +99,7 @@ class GatewayPublisher(NoCallbacks):
         with tracer().start_as_current_span("meshplane.gateway.ack") as span:
             outcome = await self._publish(config)
             GATEWAY_PUBLISHES.labels(outcome.state.value.lower()).inc()
-            span.set_attribute("meshplane.gateways", len(self._nodes))
+            span.set_attribute("meshplane.gateways", self.connected)
             span.set_attribute("meshplane.outcome", outcome.state.value)
             if outcome.state is DeliveryState.FAILED:
                 span.set_status(Status(StatusCode.ERROR, outcome.message))
