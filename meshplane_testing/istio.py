@@ -28,7 +28,7 @@ import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +332,14 @@ class Workload:
                 ],
             },
         }
+
+    def another_service(self, name: str, ports: tuple[ServicePort, ...]) -> list[dict[str, Any]]:
+        """A second Service `name` selecting this workload's pod on `ports`, and its EndpointSlice: one app
+        behind two Services, as the EndpointSlice controller would write it."""
+        other = replace(self, name=name, ports=ports)
+        endpoints = other.endpoint_slice()
+        endpoints["endpoints"][0]["targetRef"]["name"] = self.name
+        return [other.service(), endpoints]
 
     def endpoint_slice(self) -> dict[str, Any]:
         return {
