@@ -6,6 +6,9 @@ for it; and an external-dns per cluster that publishes to it, reading the cluste
 (`--source=crd`, DNSEndpoint objects labelled `meshplane.io/dns-server=<server>`), owning its records
 through the TXT registry. Answers are read with `dig` (bind9-dnsutils).
 
+Inside the mesh: `start_fabric_name_server`, a `named` on the Istio harness's fabric serving fixed
+records, which the pods and gateways given it as resolver (their Envoys among them) resolve through.
+
 external-dns and the DNSEndpoint CRD of the same module are built by `scripts/build-external-dns`
 into `~/.cache/meshplane/external-dns-<version>/` (the version is `scripts/external-dns-version`).
 """
@@ -20,7 +23,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ from meshplane.agent.kube.desired import desired_objects
 from meshplane.model.manifests import MANIFEST_TYPE, manifest_name
 from meshplane.server.render.ingress import DNS_API_VERSION, DNS_SERVER_LABEL
 from meshplane_testing.kube import KubeAPIServer
+from meshplane_testing.netns import Fabric, NetworkNamespace, network_namespace
 from meshplane_testing.process import MissingRequirement, Process, free_port, require_binary, running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,12 +108,15 @@ class TsigKey:
 
 @dataclass(frozen=True)
 class DnsServer:
-    """A running bind9: which meshplane DNS server it stands for, its zone, port and update key."""
+    """A running bind9: which meshplane DNS server it stands for, its zone, port and update key, and where it
+    listens (the test's loopback, or an address on the fabric inside `namespace`)."""
 
     name: str
     zone: str
     port: int
     key: TsigKey
+    address: str = "127.0.0.1"
+    namespace: NetworkNamespace | None = None
 
     def answers(self, host: str, record_type: str = "A") -> list[str]:
         """The record set of `host`, sorted (empty when there is none), as a resolver asking this server gets it."""
@@ -124,26 +131,29 @@ class DnsServer:
 
     def _dig(self, host: str, record_type: str, *options: str) -> str:
         dig = require_binary("dig", "/usr/bin/dig")
-        argv = [dig, "@127.0.0.1", "-p", str(self.port), *options, "+time=2", "+tries=1", host, record_type]
+        argv = [dig, f"@{self.address}", "-p", str(self.port), *options, "+time=2", "+tries=1", host, record_type]
+        if self.namespace is not None:
+            argv = self.namespace.command(argv)
         result = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"dig {host} {record_type} at port {self.port}: {result.stdout}{result.stderr}")
         return result.stdout
 
 
-def _named_conf(home: Path, zone: str, port: int, key: TsigKey) -> str:
+def _named_conf(home: Path, zone: str, address: str, port: int, key: TsigKey) -> str:
+    """Authoritative for `zone` only, answering whoever reaches `address` (the test's loopback or the fabric)."""
     return f"""
 options {{
     directory "{home}";
     pid-file "{home}/named.pid";
     session-keyfile "{home}/session.key";
     managed-keys-directory "{home}";
-    listen-on port {port} {{ 127.0.0.1; }};
+    listen-on port {port} {{ {address}; }};
     listen-on-v6 {{ none; }};
     recursion no;
     dnssec-validation no;
     notify no;
-    allow-query {{ 127.0.0.1; }};
+    allow-query {{ any; }};
 }};
 controls {{ }};
 key "{key.name}" {{ algorithm {TSIG_ALGORITHM}; secret "{key.secret}"; }};
@@ -156,13 +166,20 @@ zone "{zone}" {{
 """
 
 
-def _zone_file(zone: str) -> str:
-    """An empty zone: its SOA and one name server; a 1 s negative TTL so a deleted name is gone at once."""
-    return f"""$TTL 60
-@   IN SOA ns.{zone}. hostmaster.{zone}. ( 1 60 60 600 1 )
-@   IN NS  ns.{zone}.
-ns  IN A   127.0.0.1
-"""
+def _zone_file(zone: str, records: Mapping[str, str]) -> str:
+    """The zone's SOA, one name server and an A record per name of `records` (name -> address); a 1 s
+    negative TTL so a deleted name is gone at once."""
+    lines = [f"{name}. IN A {address}" for name, address in sorted(records.items())]
+    return "\n".join(
+        [
+            "$TTL 60",
+            f"@   IN SOA ns.{zone}. hostmaster.{zone}. ( 1 60 60 600 1 )",
+            f"@   IN NS  ns.{zone}.",
+            "ns  IN A   127.0.0.1",
+            *lines,
+            "",
+        ]
+    )
 
 
 def _serving(server: DnsServer) -> bool:
@@ -174,22 +191,44 @@ def _serving(server: DnsServer) -> bool:
 
 @contextlib.contextmanager
 def start_bind9(log_dir: Path, name: str, zone: str = "example.com") -> Iterator[DnsServer]:
-    """`named` in the foreground on a free loopback port, serving `zone`; stopped and its files removed at the end."""
+    """`named` in the foreground on a free loopback port, serving `zone` (empty, filled by RFC 2136 updates);
+    stopped and its files removed at the end."""
+    server = DnsServer(name, zone, free_port(), TsigKey.generate(f"{name}-update"))
+    with _running_named(server, {}, log_dir):
+        yield server
+
+
+@contextlib.contextmanager
+def start_fabric_name_server(
+    fabric: Fabric, address: str, zone: str, records: Mapping[str, str], log_dir: Path
+) -> Iterator[DnsServer]:
+    """A name server on `fabric` at `address`, port 53 (where resolv.conf sends a resolver), answering `zone`'s
+    `records` (name -> address): the DNS the processes of the fabric's namespaces resolve through, given it
+    (`network_namespace(resolver=address)`), in place of a cluster's. It reaches nothing beyond the fabric."""
+    with network_namespace("mp-dns") as namespace:
+        fabric.join(namespace, address)
+        server = DnsServer(f"fabric-{zone}", zone, 53, TsigKey.generate("fabric-update"), address, namespace)
+        with _running_named(server, records, log_dir):
+            yield server
+
+
+@contextlib.contextmanager
+def _running_named(server: DnsServer, records: Mapping[str, str], log_dir: Path) -> Iterator[None]:
+    """`named` in the foreground for `server` (in its namespace, if it has one) until it answers its zone."""
     named = require_binary("named", "/usr/sbin/named")
     require_binary("dig", "/usr/bin/dig")
-    home = Path(tempfile.mkdtemp(prefix=f"meshplane-{name}-"))
+    home = Path(tempfile.mkdtemp(prefix=f"meshplane-{server.name}-"))
     try:
-        port = free_port()
-        key = TsigKey.generate(f"{name}-update")
         conf = home / "named.conf"
-        conf.write_text(_named_conf(home, zone, port, key))
+        conf.write_text(_named_conf(home, server.zone, server.address, server.port, server.key))
         conf.chmod(0o600)
-        (home / f"{zone}.zone").write_text(_zone_file(zone))
-        server = DnsServer(name, zone, port, key)
+        (home / f"{server.zone}.zone").write_text(_zone_file(server.zone, records))
         argv = [named, "-g", "-4", "-n", "1", "-c", str(conf)]
-        with running(argv, log_dir / f"named-{name}.log") as process:
-            process.wait_ready(lambda: _serving(server), timeout=30, what=f"named {name} on {port}")
-            yield server
+        if server.namespace is not None:
+            argv = server.namespace.command(argv)
+        with running(argv, log_dir / f"named-{server.name}.log") as process:
+            process.wait_ready(lambda: _serving(server), timeout=30, what=f"named {server.name} on {server.port}")
+            yield
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -28,7 +28,7 @@ import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -211,12 +211,15 @@ class IstioCluster:
         self.apply(workload.endpoint_slice())
 
     @contextlib.contextmanager
-    def serve(self, workload: Workload, served_at: Mapping[int, int] | None = None) -> Iterator[Pod]:
+    def serve(
+        self, workload: Workload, served_at: Mapping[int, int] | None = None, resolver: str | None = None
+    ) -> Iterator[Pod]:
         """`workload` registered and on the fabric at its pod IP, in a namespace of its own, where each of its
         target ports relays to the port of the test's 127.0.0.1 where a process of the test listens
         (`served_at`: target port -> local port). With `workload.sidecar`, the pod has Istio's sidecar:
-        istio-iptables captures its traffic to an Envoy run by `pilot-agent proxy sidecar`."""
-        with self.fabric.host(workload.address, served_at or {}, prefix="mp-pod") as namespace:
+        istio-iptables captures its traffic to an Envoy run by `pilot-agent proxy sidecar`, which resolves
+        names at `resolver` (a name server on the fabric), if given."""
+        with self.fabric.host(workload.address, served_at or {}, prefix="mp-pod", resolver=resolver) as namespace:
             self.register_workload(workload)
             if not workload.sidecar:
                 yield Pod(workload, namespace, None)
@@ -329,6 +332,14 @@ class Workload:
                 ],
             },
         }
+
+    def another_service(self, name: str, ports: tuple[ServicePort, ...]) -> list[dict[str, Any]]:
+        """A second Service `name` selecting this workload's pod on `ports`, and its EndpointSlice: one app
+        behind two Services, as the EndpointSlice controller would write it."""
+        other = replace(self, name=name, ports=ports)
+        endpoints = other.endpoint_slice()
+        endpoints["endpoints"][0]["targetRef"]["name"] = self.name
+        return [other.service(), endpoints]
 
     def endpoint_slice(self) -> dict[str, Any]:
         return {
@@ -747,10 +758,15 @@ def run_proxy(
 
 @contextlib.contextmanager
 def start_gateway(
-    cluster: IstioCluster, kind: GatewayKind, timeout: float = 60.0, service_account: str | None = None
+    cluster: IstioCluster,
+    kind: GatewayKind,
+    timeout: float = 60.0,
+    service_account: str | None = None,
+    resolver: str | None = None,
 ) -> Iterator[Gateway]:
     """A stock gateway of `cluster`, registered with its API server and configured by its istiod; it runs as
-    `<kind>-service-account` unless `service_account` is given (gateway pods of one kind sharing an identity)."""
+    `<kind>-service-account` unless `service_account` is given (gateway pods of one kind sharing an identity),
+    and its Envoy resolves names at `resolver` (a name server on the fabric), if given."""
     workload = Workload(
         kind.name,
         ISTIO_NAMESPACE,
@@ -761,7 +777,7 @@ def start_gateway(
     )
     cluster.register_workload(workload)
     cluster.apply_all(_secret_reader(workload))
-    with network_namespace(f"mp-{kind.name.removeprefix('istio-')[:8]}") as namespace:
+    with network_namespace(f"mp-{kind.name.removeprefix('istio-')[:8]}", resolver) as namespace:
         cluster.fabric.join(namespace, workload.address)
         router_mode = {"ISTIO_META_ROUTER_MODE": kind.router_mode}
         with run_proxy(cluster, workload, namespace, "router", kind.name, router_mode, timeout=timeout) as envoy:
@@ -787,13 +803,20 @@ def envoy_stats(envoy: EnvoyProcess) -> dict[str, int]:
 
 def upstream_connections(envoy: EnvoyProcess, cluster: str) -> int:
     """Connections a proxy's Envoy opened through `cluster` (e.g. `outbound|443||<host>`, `PassthroughCluster`):
-    which route its traffic took. Read per upstream host from /clusters, which Istio's stats filter leaves whole."""
+    which route its traffic took."""
+    return sum(upstream_connections_by_host(envoy, cluster).values())
+
+
+def upstream_connections_by_host(envoy: EnvoyProcess, cluster: str) -> dict[str, int]:
+    """The connections of `cluster` per upstream host (`<address>:<port>`): where its endpoints came from, e.g.
+    the addresses a DNS cluster resolved. Read from /clusters, which Istio's stats filter leaves whole."""
     status, body = envoy.admin("/clusters")
     if status != 200:
         raise RuntimeError(f"/clusters answered {status}: {body[:500]}")
-    total = 0
+    by_host: dict[str, int] = {}
     for line in body.splitlines():
         parts = line.rsplit("::", 2)
-        if len(parts) == 3 and parts[1] == "cx_total" and parts[0].partition("::")[0] == cluster:
-            total += int(parts[2])
-    return total
+        name, _, host = parts[0].partition("::")
+        if len(parts) == 3 and parts[1] == "cx_total" and name == cluster:
+            by_host[host] = by_host.get(host, 0) + int(parts[2])
+    return by_host

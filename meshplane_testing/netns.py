@@ -17,12 +17,14 @@ import ctypes
 import http.client
 import os
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from meshplane_testing.process import MissingRequirement, require_binary
@@ -77,9 +79,17 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL("libc.so.6", use_errno=True)
 
 
+NETNS_ETC = Path("/etc/netns")
+"""Where `ip netns exec <name>` finds files it bind-mounts over /etc for what it runs (iproute2's convention)."""
+
+
 @contextlib.contextmanager
-def network_namespace(prefix: str = "mp") -> Iterator[NetworkNamespace]:
-    """A fresh namespace with loopback up, deleted at the end; MissingRequirement where namespaces cannot be made."""
+def network_namespace(prefix: str = "mp", resolver: str | None = None) -> Iterator[NetworkNamespace]:
+    """A fresh namespace with loopback up, deleted at the end; MissingRequirement where namespaces cannot be made.
+
+    With `resolver` (a name server's address on the fabric), what runs in it by `NetworkNamespace.command`
+    resolves names there: its own /etc/resolv.conf, as a pod's comes from the cluster's DNS. Threads of the
+    test that enter it (`inside`) still read the test's."""
     if os.geteuid() != 0:
         raise MissingRequirement("network namespaces need root (CI runs as root)")
     namespace = NetworkNamespace(f"{prefix}-{secrets.token_hex(4)}")
@@ -87,10 +97,15 @@ def network_namespace(prefix: str = "mp") -> Iterator[NetworkNamespace]:
         _ip("netns", "add", namespace.name)
     except RuntimeError as exc:
         raise MissingRequirement(f"cannot create a network namespace: {exc}") from None
+    etc = NETNS_ETC / namespace.name
     try:
         _ip("-n", namespace.name, "link", "set", "lo", "up")
+        if resolver is not None:
+            etc.mkdir(parents=True)
+            (etc / "resolv.conf").write_text(f"nameserver {resolver}\noptions timeout:1 attempts:2\n")
         yield namespace
     finally:
+        shutil.rmtree(etc, ignore_errors=True)
         _ip("netns", "delete", namespace.name)
 
 
@@ -111,11 +126,14 @@ class Fabric:
         _ip("-n", member.name, "link", "set", "eth0", "up")
 
     @contextlib.contextmanager
-    def host(self, address: str, served_at: Mapping[int, int], prefix: str = "mp-host") -> Iterator[NetworkNamespace]:
+    def host(
+        self, address: str, served_at: Mapping[int, int], prefix: str = "mp-host", resolver: str | None = None
+    ) -> Iterator[NetworkNamespace]:
         """A namespace on the fabric at `address` whose ports relay to processes of the test: `served_at` maps a
         port at `address` to the port of the test's 127.0.0.1 where the process listens. It stands for a pod,
-        or for a host outside the mesh (an external API, a proxy) that the mesh reaches at `address`."""
-        with network_namespace(prefix) as member:
+        or for a host outside the mesh (an external API, a proxy) that the mesh reaches at `address`; its
+        processes resolve names at `resolver`, if given (see `network_namespace`)."""
+        with network_namespace(prefix, resolver) as member:
             self.join(member, address)
             forwarders = [
                 Forwarder(member, (address, port), None, ("127.0.0.1", local)) for port, local in served_at.items()

@@ -3,8 +3,10 @@ stock egress gateway, and a pod's TLS calls reach hosts outside the mesh the way
 
 External hosts stand on the fabric at their own addresses, relayed to one TLS server of the test; the
 third-party proxy is an SNI-forwarding proxy of the test (what a `via: proxy` render needs: the sidecar
-hands it the application's TLS as is). Which route a connection took is read from the proxies' Envoy
-stats: each outbound cluster counts its connections.
+hands it the application's TLS as is). Hosts of `resolution: DNS` have their names in a name server on the
+fabric, which the pods and the egress gateway resolve through (their own resolv.conf), so their Envoys look
+the host up as in a cluster. Which route a connection took is read from the proxies' Envoy stats: each
+outbound cluster counts its connections, per upstream address.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from meshplane.security.ca import create_ca, issue_server_certificate
 from meshplane.server.render.cluster import render_cluster
 from meshplane.server.render.fleet import ClusterInfo
 from meshplane.server.render.fleet import Fleet as MeshplaneFleet
+from meshplane_testing.dns import DnsServer, start_fabric_name_server
+from meshplane_testing.envoy import EnvoyProcess
 from meshplane_testing.eventually import eventually
 from meshplane_testing.istio import (
     EGRESS,
@@ -34,6 +38,7 @@ from meshplane_testing.istio import (
     envoy_stats,
     start_gateway,
     upstream_connections,
+    upstream_connections_by_host,
 )
 from meshplane_testing.render_scenarios import parse
 from meshplane_testing.sni_proxy import SniProxy, run_sni_proxy
@@ -54,6 +59,11 @@ PROXIED_HOST = "api.cars.test"
 PROXY_PORT = 3128
 STATIC_CLUSTER = "outbound|443||static-fares.travel.external"
 GATEWAY_CLUSTER = f"outbound|443||{GATEWAY_HOST}"
+DNS_ZONE = "partners.test"
+RESOLVED_HOST = f"flights.{DNS_ZONE}"
+"""Reached directly: the client's sidecar resolves it."""
+RESOLVED_VIA_GATEWAY_HOST = f"trains.{DNS_ZONE}"
+"""Reached through the egress gateway, which resolves it."""
 
 
 def _intents(addresses: dict[str, str]) -> list[Resource]:
@@ -81,6 +91,25 @@ def _intents(addresses: dict[str, str]) -> list[Resource]:
                 "addresses": [addresses["gateway"]],
                 "ports": tls,
                 "resolution": "STATIC",
+                "route": {"via": "egressGateway"},
+                "clients": client,
+                "placement": placement,
+            },
+            PROJECT,
+        ),
+        parse(
+            "EgressIntent",
+            "flights",
+            {"hosts": [RESOLVED_HOST], "ports": tls, "resolution": "DNS", "clients": client, "placement": placement},
+            PROJECT,
+        ),
+        parse(
+            "EgressIntent",
+            "trains",
+            {
+                "hosts": [RESOLVED_VIA_GATEWAY_HOST],
+                "ports": tls,
+                "resolution": "DNS",
                 "route": {"via": "egressGateway"},
                 "clients": client,
                 "placement": placement,
@@ -121,6 +150,7 @@ class Setting:
     addresses: dict[str, str]
     trust: ssl.SSLContext
     unrelated_seen: list[dict]
+    names: DnsServer
 
 
 def _pod(cluster: IstioCluster, name: str, namespace: str) -> Workload:
@@ -132,17 +162,24 @@ def _pod(cluster: IstioCluster, name: str, namespace: str) -> Workload:
 def setting(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
     cluster = fleet["cluster-b"]
     ca = create_ca()
-    pair = issue_server_certificate(ca, [STATIC_NAME, GATEWAY_HOST, PROXIED_HOST])
+    pair = issue_server_certificate(
+        ca, [STATIC_NAME, GATEWAY_HOST, PROXIED_HOST, RESOLVED_HOST, RESOLVED_VIA_GATEWAY_HOST]
+    )
     directory = Path(tmp_path_factory.mktemp("egress-tls"))
     (directory / "tls.crt").write_bytes(pair.certificate_pem())
     (directory / "tls.key").write_bytes(pair.key_pem())
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(directory / "tls.crt", directory / "tls.key")
     # "proxied": where DNS would have sent the client for PROXIED_HOST; nothing is there, the proxy route takes it.
-    addresses = {key: cluster.new_address() for key in ("static", "gateway", "proxy", "proxied", "unrelated")}
+    # "nowhere": what a client dials for a host its proxies resolve; nothing is there either.
+    kinds = ("static", "gateway", "proxy", "proxied", "unrelated", "resolved", "resolved-via-gateway", "dns", "nowhere")
+    addresses = {key: cluster.new_address() for key in kinds}
     rendered = _render(cluster, addresses)
+    records = {RESOLVED_HOST: addresses["resolved"], RESOLVED_VIA_GATEWAY_HOST: addresses["resolved-via-gateway"]}
+    resolver = addresses["dns"]
     with (
-        start_gateway(cluster, EGRESS) as egress,
+        start_fabric_name_server(cluster.fabric, resolver, DNS_ZONE, records, cluster.log_dir) as names,
+        start_gateway(cluster, EGRESS, resolver=resolver) as egress,
         run_upstream("partner", tls=server) as (partner_port, _),
         run_upstream("unrelated") as (unrelated_port, unrelated_seen),
         run_sni_proxy({PROXIED_HOST: partner_port}) as proxy,
@@ -150,9 +187,11 @@ def setting(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         cluster.fabric.host(addresses["gateway"], {443: partner_port}),
         cluster.fabric.host(addresses["proxy"], {PROXY_PORT: proxy.port}),
         cluster.fabric.host(addresses["unrelated"], {PROXY_PORT: unrelated_port}),
-        cluster.serve(_pod(cluster, CLIENT, NAMESPACE)) as client,
-        cluster.serve(_pod(cluster, INTRUDER, NAMESPACE)) as intruder,
-        cluster.serve(_pod(cluster, STRANGER, ELSEWHERE)) as stranger,
+        cluster.fabric.host(addresses["resolved"], {443: partner_port}),
+        cluster.fabric.host(addresses["resolved-via-gateway"], {443: partner_port}),
+        cluster.serve(_pod(cluster, CLIENT, NAMESPACE), resolver=resolver) as client,
+        cluster.serve(_pod(cluster, INTRUDER, NAMESPACE), resolver=resolver) as intruder,
+        cluster.serve(_pod(cluster, STRANGER, ELSEWHERE), resolver=resolver) as stranger,
     ):
         cluster.apply_all(rendered)
         try:
@@ -163,6 +202,7 @@ def setting(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 addresses,
                 ssl.create_default_context(cadata=ca.certificate_pem().decode()),
                 unrelated_seen,
+                names,
             )
         finally:
             for obj in rendered:
@@ -177,10 +217,14 @@ def _call(setting: Setting, who: str, where: str, name: str) -> int | None:
         return None
 
 
-def _connections(pod_or_gateway: Pod | Gateway, cluster: str) -> int:
+def _envoy(pod_or_gateway: Pod | Gateway) -> EnvoyProcess:
     envoy = pod_or_gateway.envoy if isinstance(pod_or_gateway, Gateway) else pod_or_gateway.sidecar
     assert envoy is not None
-    return upstream_connections(envoy, cluster)
+    return envoy
+
+
+def _connections(pod_or_gateway: Pod | Gateway, cluster: str) -> int:
+    return upstream_connections(_envoy(pod_or_gateway), cluster)
 
 
 def _arrives_via(setting: Setting, who: str, where: str, name: str, carrier: Pod | Gateway, cluster: str) -> bool:
@@ -247,12 +291,31 @@ def test_a_proxy_route_leaves_other_destinations_on_the_proxy_port_alone(setting
     assert setting.unrelated_seen
 
 
-@pytest.mark.skip(
-    reason="resolution DNS needs a name server the pods' and the gateway's Envoys can ask for the external "
-    "host; the harness has no in-pod DNS yet, so only addresses (STATIC) are proven here"
+@pytest.mark.parametrize(
+    ("host", "carrier"),
+    [(RESOLVED_HOST, CLIENT), (RESOLVED_VIA_GATEWAY_HOST, "egress gateway")],
+    ids=["direct", "via-egress-gateway"],
 )
-def test_a_client_reaches_an_external_host_its_proxies_resolve_by_dns() -> None:
-    """Left for when the harness resolves names inside the fabric."""
+def test_a_client_reaches_an_external_host_its_proxies_resolve_by_dns(
+    setting: Setting, host: str, carrier: str
+) -> None:
+    """`resolution: DNS`: the client dials an address where nothing listens, its sidecar picks the host's
+    cluster by SNI, and the Envoy that leaves the mesh (the sidecar, or on `egressGateway` the gateway) connects
+    to the address the fabric's name server answers for the host, never to the dialled one."""
+    answer = setting.names.answers(host)
+    assert len(answer) == 1 and answer[0] != setting.addresses["nowhere"]
+    proxy = setting.pods[CLIENT] if carrier == CLIENT else setting.egress
+    envoy = _envoy(proxy)
+    cluster = f"outbound|443||{host}"
+
+    def resolved_and_arrived() -> bool:
+        before = upstream_connections_by_host(envoy, cluster).get(f"{answer[0]}:443", 0)
+        if _call(setting, CLIENT, "nowhere", host) != 200:
+            return False
+        return upstream_connections_by_host(envoy, cluster).get(f"{answer[0]}:443", 0) > before
+
+    eventually(resolved_and_arrived, timeout=60, what=f"{host} at its resolved address through {carrier}")
+    assert set(upstream_connections_by_host(envoy, cluster)) == {f"{answer[0]}:443"}
 
 
 def test_on_a_direct_route_an_undeclared_client_is_routed_differently_but_not_refused(setting: Setting) -> None:

@@ -1,8 +1,7 @@
 """The shipped examples, rendered, as istiod's configuration generator reads them (meshplane_testing.istio_judge).
 
 Each cluster's render is judged once, with the stock gateways and the examples' workloads beside it,
-and every call the tests below ask about. Each test asserts the correct behaviour; the two marked xfail
-say why they cannot pass yet.
+and every call the tests below ask about. Each test asserts the correct behaviour.
 """
 
 from __future__ import annotations
@@ -192,16 +191,30 @@ EDGE_1_CALLS = [
     ),
     Call("egress-only billing to orders", source="shop/billing-0", port=8080, host="orders.shop.svc.cluster.local"),
 ]
-CORE_1_CALLS = [
-    Call(
-        "reports to orders (ops)",
+SHOP_ISSUER = "https://auth.shop.example"
+"""The issuer orders-ops declares (examples/intents/service-to-service.yaml): its RequestAuthentication's."""
+
+
+def reports_to_orders(name: str, token: Jwt) -> Call:
+    """reports calling orders in ops (whose ALLOW wants the claim role=auditor) with `token`."""
+    return Call(
+        name,
         source="ops/orders-0",
         mode="inbound",
         port=8080,
         host="orders.ops.svc.cluster.local",
         path="/",
         peer="cluster.local/ns/ops/sa/reports",
-        jwt=Jwt("https://issuer.example", "auditor-1", {"role": "auditor"}),
+        jwt=token,
+    )
+
+
+CORE_1_CALLS = [
+    reports_to_orders("reports to orders (ops)", Jwt(SHOP_ISSUER, "auditor-1", {"role": "auditor"})),
+    reports_to_orders("reports to orders (ops), another claim", Jwt(SHOP_ISSUER, "viewer-1", {"role": "viewer"})),
+    reports_to_orders(
+        "reports to orders (ops), an issuer no RequestAuthentication names",
+        Jwt("https://issuer.example", "auditor-1", {"role": "auditor"}),
     ),
 ]
 EDGE_2_CALLS = [
@@ -357,14 +370,27 @@ def test_a_tcp_egress_route_leaves_other_destinations_on_its_port_alone(egress_g
     assert result.cluster == "PassthroughCluster", result.raw
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the judge does not run jwt_authn, so no claim is ever set in its evaluation; the rendered "
-    "RequestAuthentication is checked by the render tests",
-)
 def test_a_client_with_the_required_jwt_claim_is_admitted(core_1: Verdict) -> None:
+    """The judge sets a token's claims only where the chain's jwt_authn filter has a provider for its issuer,
+    which istiod generates from a RequestAuthentication selecting the workload: orders-ops' own."""
     result = core_1.result("reports to orders (ops)")
     assert result.allowed, result.raw
+    assert [d.matched for d in result.rbac] == [("ns[ops]-policy[orders-ops-allow]-rule[0]",)], result.raw
+    for refused in (
+        "reports to orders (ops), another claim",
+        "reports to orders (ops), an issuer no RequestAuthentication names",
+    ):
+        assert core_1.result(refused).decision == "deny", core_1.result(refused).raw
+
+
+def test_a_jwt_claim_admits_nobody_where_no_request_authentication_selects_the_server() -> None:
+    """Without the RequestAuthentication the render gives orders-ops, no filter validates the token, so no claim
+    is set and the ALLOW rule on `request.auth.claims[role]` matches nobody (defect #4 of issue 18)."""
+    objects = [o for o in example_render("core-1") if o["kind"] != "RequestAuthentication"]
+    assert len(objects) < len(example_render("core-1"))
+    verdict = judge([*stock_gateways(), *workloads("core-1"), *objects], CORE_1_CALLS[:1])
+    result = verdict.result("reports to orders (ops)")
+    assert result.decision == "deny", result.raw
 
 
 def test_a_declared_cidr_client_without_a_sidecar_reaches_the_service(edge_1: Verdict) -> None:

@@ -2,7 +2,8 @@
 cluster's API server, istiod configures real sidecars and the east-west gateway, and requests between pods show
 what the intent says: its declared client admitted, anyone else refused by the server's sidecar, DENY paths held
 (with `//` too), a client of another cluster carried over mTLS through the server cluster's east-west gateway,
-plaintext refused under STRICT, and one app in two logical clouds kept apart.
+plaintext refused under STRICT, one app in two logical clouds kept apart, and one app twice in one cloud (two
+Services over its pods, an intent each) kept to each intent's port and mTLS mode.
 
 The server cluster's Cluster object declares its east-west gateway at the address that gateway's pod really has
 on the fabric, so the ServiceEntry the client cluster gets points at a gateway that exists.
@@ -47,6 +48,8 @@ PROJECT = "shop"
 RETAIL = "s2s-retail"
 OPS = "s2s-ops"
 PORT = 8080
+ADMIN_PORT = 9090
+"""The port of orders-admin: the same pods of orders behind a second Service, with an intent of its own."""
 FABRIC = "10.80.0.0/16"
 """Every pod address of the test run (meshplane_testing.istio): the partner range the ops intent declares."""
 SERVER, REMOTE = "cluster-a", "cluster-b"
@@ -84,6 +87,20 @@ def _ops_intent() -> dict[str, Any]:
     }
 
 
+def _admin_intent() -> dict[str, Any]:
+    """The same app a second time in the retail cloud: orders' pods behind orders-admin, PERMISSIVE for the
+    plaintext partners of the fabric's range, with reports as its one mesh client."""
+    return {
+        "service": {"name": "orders-admin", "app": "orders", "port": ADMIN_PORT, "protocol": "HTTP"},
+        "placement": {"logicalCloud": "retail", "clusters": [SERVER]},
+        "mtls": "PERMISSIVE",
+        "clients": [
+            {"service": {"name": "reports"}, "access": [{"action": "ALLOW", "methods": ["GET"]}]},
+            {"cidrs": [FABRIC], "access": [{"action": "ALLOW", "methods": ["GET"]}]},
+        ],
+    }
+
+
 def _render_fleet(east_west: Gateway) -> RenderFleet:
     clouds = {
         (PROJECT, "retail"): {
@@ -102,8 +119,12 @@ def _render_fleet(east_west: Gateway) -> RenderFleet:
         service_intents=[
             parse("ServiceIntent", "orders", _retail_intent(), PROJECT),
             parse("ServiceIntent", "orders-ops", _ops_intent(), PROJECT),
+            parse("ServiceIntent", "orders-admin", _admin_intent(), PROJECT),
         ],
     )
+
+
+ADMIN_PORT_SPEC = ServicePort("http-admin", ADMIN_PORT, ADMIN_PORT)
 
 
 def _workload(cluster: IstioCluster, name: str, namespace: str, sidecar: bool = True) -> Workload:
@@ -137,12 +158,19 @@ def mesh(fleet: Fleet) -> Iterator[Mesh]:
         stack.enter_context(remote.applied(remote_objects))
         seen: dict[str, list[dict[str, Any]]] = {}
         pods: dict[str, Pod] = {}
+        admin_port, seen["orders-admin"] = stack.enter_context(run_upstream("orders-admin"))
         for key, namespace in (("orders", RETAIL), ("orders-ops", OPS)):
             port, seen[key] = stack.enter_context(run_upstream(key))
-            pods[key] = stack.enter_context(server.serve(_workload(server, "orders", namespace), {PORT: port}))
+            orders = _workload(server, "orders", namespace)
+            served_at = {PORT: port}
+            if namespace == RETAIL:
+                stack.enter_context(server.applied(orders.another_service("orders-admin", (ADMIN_PORT_SPEC,))))
+                served_at[ADMIN_PORT] = admin_port
+            pods[key] = stack.enter_context(server.serve(orders, served_at))
         for key, name, namespace, sidecar in (
             ("cart", "cart", RETAIL, True),
             ("billing", "billing", RETAIL, True),
+            ("reports", "reports", RETAIL, True),
             ("legacy", "legacy", RETAIL, False),
             ("cart-ops", "cart", OPS, True),
         ):
@@ -158,19 +186,30 @@ def mesh(fleet: Fleet) -> Iterator[Mesh]:
 
 
 def _call(
-    mesh: Mesh, client: str, namespace: str, path: str = "/orders/1", address: str | None = None
+    mesh: Mesh,
+    client: str,
+    namespace: str,
+    path: str = "/orders/1",
+    address: str | None = None,
+    service: str = "orders",
+    port: int = PORT,
 ) -> Response | None:
-    """GET `path` of orders in `namespace` from the pod `client`, at the Service's cluster IP unless `address`
-    is given; None when the connection fails (as a refused plaintext caller's does)."""
-    target = address or mesh.server.cluster_ip(namespace, "orders")
+    """GET `path` of `service` in `namespace` from the pod `client`, at the Service's cluster IP unless
+    `address` is given; None when the connection fails (as a refused plaintext caller's does)."""
+    target = address or mesh.server.cluster_ip(namespace, service)
     try:
-        return mesh.pods[client].request(target, PORT, path, {"Host": service_host("orders", namespace)})
+        return mesh.pods[client].request(target, port, path, {"Host": service_host(service, namespace)})
     except OSError:
         return None
 
 
 def _status(mesh: Mesh, client: str, namespace: str, path: str = "/orders/1", address: str | None = None) -> int | None:
     answer = _call(mesh, client, namespace, path, address)
+    return None if answer is None else answer.status
+
+
+def _admin_status(mesh: Mesh, client: str, address: str | None = None) -> int | None:
+    answer = _call(mesh, client, RETAIL, "/admin/1", address, "orders-admin", ADMIN_PORT)
     return None if answer is None else answer.status
 
 
@@ -276,7 +315,8 @@ def test_one_app_in_two_logical_clouds_keeps_its_clients_apart(mesh: Mesh) -> No
     orders; and ops' PERMISSIVE CIDR client admits the plaintext partner of the range but no mesh caller from it
     (defect #9: the CIDR rendered as bare `ipBlocks` matched billing's sidecar, and any caller via the
     east-west gateway, whose address it holds: billing got 200 on the old render)."""
-    retail, ops = mesh.fleet.service_intents
+    intents = {intent.metadata.name: intent for intent in mesh.fleet.service_intents}
+    retail, ops = intents["orders"], intents["orders-ops"]
     for cluster in (SERVER, REMOTE):
         keys = [
             (o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
@@ -307,3 +347,34 @@ def test_one_app_in_two_logical_clouds_keeps_its_clients_apart(mesh: Mesh) -> No
     ops_pod = mesh.pods["orders-ops"].workload.address
     eventually(lambda: _status(mesh, "legacy", OPS, address=ops_pod) == 200, timeout=60, what="plaintext partner")
     eventually(lambda: _status(mesh, "billing", OPS) == 403, timeout=60, what="billing refused by ops orders")
+
+
+def test_one_app_twice_in_one_logical_cloud_keeps_each_intent_to_its_own_port(mesh: Mesh) -> None:
+    """orders' pods in the retail cloud serve two intents: orders (8080, STRICT, cart) and orders-admin (9090,
+    PERMISSIVE, reports and plaintext partners of the range). No two of their objects share a name, each
+    declared client reaches its own service and is refused the other's, and each intent's mTLS mode holds on
+    its own port: a plaintext caller reaches orders-admin but cannot connect to orders. Failed on the old render
+    (here and in test_strict_refuses_a_caller_without_a_sidecar): each intent had a PeerAuthentication for the
+    same pods, Istio honoured the oldest, orders-admin's PERMISSIVE, and the plaintext caller got orders' 403."""
+    both = [i for i in mesh.fleet.service_intents if i.metadata.name in ("orders", "orders-admin")]
+    for cluster in (SERVER, REMOTE):
+        by_key: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for intent in both:
+            for o in render_service_intent(intent, mesh.fleet, cluster):
+                by_key.setdefault((o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]), []).append(o)
+        # Named alike only where meant to be one object, rendered identically by both (merged Sidecars aside).
+        shared = {key for key, objects in by_key.items() if len(objects) > 1 and key[0] != "Sidecar"}
+        assert {kind for kind, _, _ in shared} <= {"Gateway", "PeerAuthentication"}, (cluster, shared)
+        assert all(by_key[key][0] == by_key[key][1] for key in shared), cluster
+    peers = [o for o in render_cluster(mesh.fleet, SERVER) if o["kind"] == "PeerAuthentication"]
+    assert [p["metadata"]["name"] for p in peers if p["metadata"]["namespace"] == RETAIL] == ["orders-peer"]
+
+    eventually(lambda: _admin_status(mesh, "reports") == 200, timeout=60, what="reports -> orders-admin")
+    assert any(request["path"] == "/admin/1" for request in mesh.seen["orders-admin"])
+    eventually(lambda: _status(mesh, "cart", RETAIL) == 200, timeout=60, what="cart -> orders")
+    assert _admin_status(mesh, "cart") == 403
+    assert _status(mesh, "reports", RETAIL) == 403
+
+    orders_pod = mesh.pods["orders"].workload.address
+    eventually(lambda: _admin_status(mesh, "legacy", orders_pod) == 200, timeout=60, what="plaintext partner")
+    assert _call(mesh, "legacy", RETAIL, address=orders_pod) is None

@@ -7,7 +7,8 @@ east-west gateway, which passes Istio mTLS through by SNI (AUTO_PASSTHROUGH on 1
 What a cluster gets for one intent:
 
 - a **server cluster** (the placement puts replicas there), in the server's namespace:
-  PeerAuthentication (the mTLS mode), AuthorizationPolicy `-allow` (always: with no allowed client
+  PeerAuthentication (the mTLS mode; one per app's pods, shared with port-level modes when several
+  intents select them), AuthorizationPolicy `-allow` (always: with no allowed client
   it admits nobody) and `-deny` (when there are DENY rules; Istio evaluates DENY first),
   DestinationRule (ISTIO_MUTUAL, load balancing, circuit breaking, locality failover), VirtualService
   (timeout / retries, HTTP protocols only, when given), and the namespace's east-west Gateway when a
@@ -311,7 +312,7 @@ def _server_objects(
     name = intent.metadata.name
     labels = owner_labels(intent)
     host = service_host(spec.service.name, namespace)
-    selector = {"matchLabels": {"app": spec.service.app or spec.service.name}}
+    selector = {"matchLabels": {"app": _app(spec)}}
     export_to = sorted({namespace, *_client_namespaces(clients, cluster)})
     # The local ingress gateway follows the traffic policy too; timeouts and retries it has its own.
     gateway_here = any(i.clusters.get(cluster) == namespace for i in ingress)
@@ -324,16 +325,7 @@ def _server_objects(
         # Nothing on the server's pods would enforce a policy or take mTLS: the model refuses
         # what only a sidecar could keep, and nothing crosses clusters (mtls is DISABLE).
         return routing
-    out = [
-        _object(
-            SECURITY,
-            "PeerAuthentication",
-            object_name(name, "peer"),
-            namespace,
-            labels,
-            {"selector": selector, "mtls": {"mode": spec.mtls.value}},
-        )
-    ]
+    out = [_peer_authentication(intent, fleet, cluster, namespace)]
     reaching = [i for i in ingress if namespace in i.clusters.values()]
     rules = _authorization_rules(spec, clients, reaching, fleet.trust_domain)
     allow_spec: dict = {"selector": selector, "action": "ALLOW"}
@@ -351,6 +343,63 @@ def _server_objects(
     if remote_callers and east_west is not None and spec.mtls is not MtlsMode.DISABLE:
         out.append(_east_west_gateway(intent, namespace))
     return out
+
+
+_STRICTNESS = (MtlsMode.DISABLE, MtlsMode.PERMISSIVE, MtlsMode.STRICT)
+
+
+def _peer_authentication(intent: Resource, fleet: Fleet, cluster: str, namespace: str) -> dict:
+    """The PeerAuthentication of the server's pods, shared by every intent of the project that selects them.
+
+    Istio honours one workload-level PeerAuthentication per workload (the oldest), so intents of one app
+    (several Services over the same pods) cannot each have theirs: the intent sorting first names the
+    one they share, each intent's mode holds on its pods' port and the strictest on the pods' other
+    ports. Every sharing intent renders it identically, with the project's labels but no intent's.
+    """
+    project = intent.metadata.project or ""
+    app = _app(intent.spec)
+    sharing = sorted(
+        (
+            other
+            for other in fleet.service_intents
+            if (other.metadata.project or "") == project
+            and other.spec.service.sidecar
+            and _app(other.spec) == app
+            and placement_targets(fleet, project, other.spec.placement).get(cluster) == namespace
+        ),
+        key=lambda other: other.metadata.name,
+    )
+    selector = {"matchLabels": {"app": app}}
+    if len(sharing) <= 1:
+        spec: dict = {"selector": selector, "mtls": {"mode": intent.spec.mtls.value}}
+        return _object(
+            SECURITY,
+            "PeerAuthentication",
+            object_name(intent.metadata.name, "peer"),
+            namespace,
+            owner_labels(intent),
+            spec,
+        )
+    by_port: dict[str, MtlsMode] = {}
+    for other in sharing:
+        port = str(other.spec.service.target_port or other.spec.service.port)
+        by_port[port] = max(by_port.get(port, MtlsMode.DISABLE), other.spec.mtls, key=_STRICTNESS.index)
+    spec = {
+        "selector": selector,
+        "mtls": {"mode": max(by_port.values(), key=_STRICTNESS.index).value},
+        "portLevelMtls": {
+            port: {"mode": mode.value} for port, mode in sorted(by_port.items(), key=lambda kv: int(kv[0]))
+        },
+    }
+    labels = {k: v for k, v in owner_labels(intent).items() if k != OWNER_NAME}
+    return _object(
+        SECURITY, "PeerAuthentication", object_name(sharing[0].metadata.name, "peer"), namespace, labels, spec
+    )
+
+
+def _app(spec: ServiceIntentSpec) -> str:
+    """The `app` label of the server's pods."""
+    return spec.service.app or spec.service.name
 
 
 def _authorization_rules(

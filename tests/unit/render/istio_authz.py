@@ -7,7 +7,8 @@ JWT claims, headers) cannot be generated: an ALLOW rule holding one is skipped w
 nobody), while in a DENY rule that condition alone is dropped, so the rule *widens*. DENY rules are
 checked first; then, if any ALLOW policy selects the workload, one of its rules must match. Matching
 follows Istio's string matchers: `*` alone is "present and non-empty", a leading `*` a suffix, a
-trailing `*` a prefix; hosts ignore case.
+trailing `*` a prefix; hosts ignore case, and the SNI reaches the filters lower-cased. `ports` are the
+port the gateway itself listens on: the target port of its Service, not the Service port clients dial.
 
 Only what the renderers use is modelled; anything else raises, so the oracle never guesses.
 """
@@ -28,6 +29,9 @@ class Connection:
     """One request on an HTTP filter chain, or one connection on a TCP chain (`http=False`)."""
 
     remote_ip: str
+    """The client's address, as `remoteIpBlocks` see it."""
+    peer: str | None = None
+    """The mTLS identity of the direct peer (`<trust domain>/ns/<ns>/sa/<sa>`), None without mTLS."""
     sni: str = ""
     """The TLS server name; empty for plaintext."""
     http: bool = True
@@ -72,6 +76,10 @@ def _source(source: dict, conn: Connection, deny: bool) -> bool | None:
             result &= _in_blocks(values, conn.remote_ip)
         elif key == "notRemoteIpBlocks":
             result &= not _in_blocks(values, conn.remote_ip)
+        elif key == "principals":
+            result &= _any(values, conn.peer)
+        elif key == "notPrincipals":
+            result &= not _any(values, conn.peer)
         elif key == "requestPrincipals":
             result &= _any(values, conn.principal)
         elif key == "notRequestPrincipals":
@@ -110,7 +118,7 @@ def _attribute(key: str, values: list[str], conn: Connection) -> bool:
     if key == "remote.ip":
         return _in_blocks(values, conn.remote_ip)
     if key == "connection.sni":
-        return _any(values, conn.sni)
+        return _any(values, conn.sni.lower())
     if key == "request.auth.principal":
         return _any(values, conn.principal)
     claim = _claim(key)

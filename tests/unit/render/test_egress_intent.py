@@ -39,7 +39,7 @@ from meshplane_testing.render_scenarios import (
     to_yaml,
 )
 
-from .authz import Connection, Workload, allowed
+from .istio_authz import Connection, admitted
 
 # --- the scenario: three clusters, two logical clouds, the payments app instantiated in both ---------
 
@@ -189,12 +189,21 @@ def test_a_client_gets_a_sidecar_only_where_its_logical_cloud_runs() -> None:
 
 # --- what Istio makes of it -----------------------------------------------------------------------
 
-EGRESS_GATEWAY = Workload(GATEWAY_NAMESPACE, {"istio": "egressgateway", "app": "istio-egressgateway"})
-"""The stock egress gateway's pods; its Service maps 80 -> 8080 and 443 -> 8443."""
+EGRESS_GATEWAY = {"istio": "egressgateway", "app": "istio-egressgateway"}
+"""The labels of the stock egress gateway's pods (in GATEWAY_NAMESPACE); its Service maps 80 -> 8080 and
+443 -> 8443."""
+POD_ADDRESS = "10.1.2.3"
 CART = "cluster.local/ns/shop/sa/cart"
 STRANGER = "cluster.local/ns/shop/sa/intruder"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "intents"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def allowed(objects: list[dict], peer: str | None, sni: str, port: int) -> bool:
+    """Whether the egress gateway lets a client's connection for `sni` through on its `port`: the mesh leg
+    (mTLS from the client's sidecar, TLS passthrough inside) is a TCP chain, where `peer` is the caller."""
+    connection = Connection(POD_ADDRESS, peer=peer, sni=sni, http=False, port=port)
+    return admitted(objects, connection, EGRESS_GATEWAY, GATEWAY_NAMESPACE)
 
 
 def _example_objects(cluster: str) -> list[dict]:
@@ -207,21 +216,21 @@ def test_a_declared_client_passes_the_egress_gateway_on_the_ports_the_gateway_li
     objects = render_egress_intent(intents[0], scenario_fleet(egress_intents=intents), "edge-2")
     # The gateway's filters see the target port: 8443 for the mesh leg of 443, 8080 for 80.
     for port in (8443, 8080):
-        assert allowed(objects, EGRESS_GATEWAY, Connection(CART, "api.payments.example", port))
-        assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", port))
+        assert allowed(objects, CART, "api.payments.example", port)
+        assert not allowed(objects, STRANGER, "api.payments.example", port)
     example = _example_objects("edge-2")
-    assert allowed(example, EGRESS_GATEWAY, Connection(CART, "api.payments.example", 8443))
-    assert not allowed(example, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", 8443))
-    assert not allowed(example, EGRESS_GATEWAY, Connection(None, "api.payments.example", 8443))
+    assert allowed(example, CART, "api.payments.example", 8443)
+    assert not allowed(example, STRANGER, "api.payments.example", 8443)
+    assert not allowed(example, None, "api.payments.example", 8443)
 
 
 def test_the_egress_gateway_policy_closes_only_the_hosts_of_its_intent() -> None:
     intents = egress_scenario()
     objects = render_egress_intent(intents[0], scenario_fleet(egress_intents=intents), "edge-2")
     # A host no meshplane intent names (another team's Gateway on the same pods) stays as it was.
-    assert allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "downloads.vendor.example", 8443))
+    assert allowed(objects, STRANGER, "downloads.vendor.example", 8443)
     # Case does not get around the policy: the SNI reaches the filters lower-cased.
-    assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "API.Payments.Example", 8443))
+    assert not allowed(objects, STRANGER, "API.Payments.Example", 8443)
     assert [p["spec"]["action"] for p in by_kind(objects, "AuthorizationPolicy")] == ["DENY"]
 
 
@@ -236,9 +245,9 @@ def test_two_intents_for_one_host_each_admit_their_own_clients() -> None:
     bank = parse("EgressIntent", "pay", {**base, "clients": [{"service": {"name": "teller"}}]}, project="bank")
     fleet = Fleet(clusters=scenario_clusters(), logical_clouds=fleet_clouds(), egress_intents=[shop, bank])
     objects = render_all(render_egress_intent, fleet.egress_intents, fleet, "edge-2")
-    assert allowed(objects, EGRESS_GATEWAY, Connection(CART, "api.payments.example", 8443))
-    assert allowed(objects, EGRESS_GATEWAY, Connection("cluster.local/ns/bank/sa/teller", "api.payments.example", 8443))
-    assert not allowed(objects, EGRESS_GATEWAY, Connection(STRANGER, "api.payments.example", 8443))
+    assert allowed(objects, CART, "api.payments.example", 8443)
+    assert allowed(objects, "cluster.local/ns/bank/sa/teller", "api.payments.example", 8443)
+    assert not allowed(objects, STRANGER, "api.payments.example", 8443)
 
 
 def test_an_egress_only_client_still_reaches_the_mesh_through_its_sidecar() -> None:
@@ -597,7 +606,7 @@ def test_only_the_allowed_clients_pass_the_egress_gateway(fleet: Fleet) -> None:
         for host in [*admitted, "unnamed.example.org"]:
             for who in everyone:
                 expected = who in admitted.get(host, everyone)
-                assert allowed(objects, EGRESS_GATEWAY, Connection(who, host, 8443)) is expected, (cluster, host, who)
+                assert allowed(objects, who, host, 8443) is expected, (cluster, host, who)
 
 
 @settings(max_examples=25, deadline=None)

@@ -153,6 +153,51 @@ def test_sidecars_of_one_workload_from_two_intents_merge_into_one(scenario: Flee
     assert OWNER_NAME not in sidecar["metadata"]["labels"]
 
 
+def _one_app_twice(first_mode: str, second_mode: str) -> Fleet:
+    """orders' pods in edge-1 behind two Services of the retail cloud, each with an intent and an mTLS mode."""
+    docs = [d for d in yaml.safe_load_all(SCENARIO) if d and d["kind"] in ("Cluster", "LogicalCloud")]
+    for name, service, port, mode in (
+        ("orders", "orders", 8080, first_mode),
+        ("orders-admin", "admin", 9090, second_mode),
+    ):
+        spec = {
+            "service": {"name": service, "app": "orders", "port": port},
+            "placement": {"logicalCloud": "retail", "clusters": ["edge-1"]},
+            "mtls": mode,
+            "clients": [{"service": {"name": "cart"}}],
+        }
+        docs.append(
+            {
+                "apiVersion": "meshplane.io/v1alpha1",
+                "kind": "ServiceIntent",
+                "metadata": {"name": name, "project": "shop"},
+                "spec": spec,
+            }
+        )
+    return fleet_from_docs(docs)
+
+
+def test_two_intents_of_one_app_share_one_peer_authentication_with_each_mode_on_its_port() -> None:
+    """Istio honours one workload-level PeerAuthentication per workload (the oldest): two intents selecting the
+    same pods with a PeerAuthentication each left one of them without its mode. They share one, each intent's
+    mode on its own port and the strictest on the pods' other ports, rendered the same by both intents."""
+    fleet = _one_app_twice("STRICT", "PERMISSIVE")
+    peers = objects_of(render_cluster(fleet, "edge-1"), "PeerAuthentication", "shop")
+    assert list(peers) == ["orders-peer"]
+    assert peers["orders-peer"]["spec"] == {
+        "selector": {"matchLabels": {"app": "orders"}},
+        "mtls": {"mode": "STRICT"},
+        "portLevelMtls": {"8080": {"mode": "STRICT"}, "9090": {"mode": "PERMISSIVE"}},
+    }
+    labels = peers["orders-peer"]["metadata"]["labels"]
+    assert OWNER_NAME not in labels and labels[OWNER_PROJECT] == "shop"
+    first, second = fleet.service_intents
+    assert objects_of(render_service_intent(first, fleet, "edge-1"), "PeerAuthentication") == peers
+    assert objects_of(render_service_intent(second, fleet, "edge-1"), "PeerAuthentication") == peers
+    alike = objects_of(render_cluster(_one_app_twice("PERMISSIVE", "PERMISSIVE"), "edge-1"), "PeerAuthentication")
+    assert alike["orders-peer"]["spec"]["mtls"] == {"mode": "PERMISSIVE"}
+
+
 def test_the_east_west_gateway_is_rendered_only_where_other_clusters_call_in(scenario: Fleet) -> None:
     gateways = {
         cluster: [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in render_cluster(scenario, cluster)]
