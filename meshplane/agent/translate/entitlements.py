@@ -53,11 +53,12 @@ class KeyRecord:
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits that apply to one API: its own, per operation, and per application for a plan."""
+    """The limits that apply to one API: its own, per operation, and per application (its plan's, every
+    policy that limits the plan)."""
 
     api: list[RateLimit] = field(default_factory=list)
     operations: dict[tuple[str, str], list[RateLimit]] = field(default_factory=dict)
-    applications: dict[str, RateLimit] = field(default_factory=dict)
+    applications: dict[str, list[RateLimit]] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,7 +130,7 @@ class Entitlements:
 
     def limits(self, project: str, api: str) -> Limits:
         limits = Limits()
-        plans: dict[str, RateLimit] = {}
+        plans: dict[str, list[RateLimit]] = defaultdict(list)
         for policy_project, _, spec in self.policies:
             if policy_project != project:
                 continue
@@ -140,7 +141,7 @@ class Entitlements:
                 op = (target.operation.method.upper(), target.operation.path)
                 limits.operations.setdefault(op, []).append(spec.limit())
             elif target.kind is TargetKind.SUBSCRIPTION_PLAN and target.api in (None, api):
-                plans.setdefault(target.name, spec.limit())
+                plans[target.name].append(spec.limit())
         for grant in self.grants(project, api):
             if grant.plan in plans:
                 limits.applications[grant.application] = plans[grant.plan]
