@@ -317,3 +317,15 @@ def test_envoy_accepts_every_policy_at_once(tmp_path: Path) -> None:
     )
     accepted, output = validate(tmp_path, static_bootstrap(translate_apis(apis, SERVICES, entitlements(plan), NOW)))
     assert accepted, output
+
+
+def test_an_api_with_operations_answers_preflights_for_its_own_paths_only() -> None:
+    spec = {"operations": [{"method": "GET", "path": "/items"}, {"method": "POST", "path": "/items"}]}
+    config = translate_apis(
+        [orders(cors={"allowOrigins": ["https://app.example"]}, **spec)], SERVICES, entitlements(), NOW
+    )
+    preflight = routes(config)["shop/orders preflight /items"]
+
+    assert list(routes(config)) == ["shop/orders GET /items", "shop/orders preflight /items", "shop/orders POST /items"]
+    assert preflight.match.path == "/orders/items"
+    assert "envoy.filters.http.jwt_authn" not in preflight.typed_per_filter_config
