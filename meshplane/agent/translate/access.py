@@ -47,7 +47,7 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import inline_cluster, is_ip_literal
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
-from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.entitlements import KEY_CLOCK_SKEW, Entitlements
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
 from meshplane.dataplane import (
     APPLICATION_HEADER,
@@ -78,8 +78,6 @@ SERVICE_TIMEOUT = "0.25s"
 JWT_CACHE_SIZE = 10_000
 """Tokens each gateway worker remembers as verified (still checked for expiry): a caller's next request
 skips the signature check, which is most of what a key costs."""
-KEY_CLOCK_SKEW = 5
-"""Seconds an API key's `exp` may be off by: the server and its gateways keep time with NTP."""
 
 
 def filter_config(config: object) -> object:

@@ -329,3 +329,14 @@ def test_an_api_with_operations_answers_preflights_for_its_own_paths_only() -> N
     assert list(routes(config)) == ["shop/orders GET /items", "shop/orders preflight /items", "shop/orders POST /items"]
     assert preflight.match.path == "/orders/items"
     assert "envoy.filters.http.jwt_authn" not in preflight.typed_per_filter_config
+
+
+def test_the_revoked_list_leaves_out_keys_whose_signature_no_longer_passes() -> None:
+    held = entitlements(
+        key("k-revoked-ran-out", "mobile", revoked=True, tokenExpires="2020-01-01T00:00:00Z"),
+        key("k-revoked-runs-later", "mobile", revoked=True, tokenExpires="2030-01-01T00:00:00Z", signingKeyId="k1"),
+        key("k-revoked-retired-signer", "mobile", revoked=True, signingKeyId="k0"),
+        key("k-rotated-ran-out", "mobile", expires="2020-01-01T00:00:00Z", tokenExpires="2020-01-02T00:00:00Z"),
+    )
+
+    assert held.refused_key_ids(NOW) == ["k-revoked", "k-revoked-runs-later", "k-rotated"]
