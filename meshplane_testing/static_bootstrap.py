@@ -1,7 +1,8 @@
 """A translated config as a static Envoy bootstrap, so Envoy itself can check and serve it without an xDS server.
 
-Routes are inlined into the listener and EDS clusters carry their ClusterLoadAssignment inline, so every
-resource the translator emits for Envoy passes through Envoy's own validation. API listeners (and their
+Routes and the discovered filters' configs are inlined into the listener, and EDS clusters carry their
+ClusterLoadAssignment inline, so every resource the translator emits for Envoy passes through Envoy's own
+validation. API listeners (and their
 route tables) are for proxyless gRPC clients: Envoy skips them when they arrive over LDS, so they are left
 out here. The rest (runtime, admin, the xDS cluster) is the agent's real bootstrap.
 """
@@ -27,9 +28,10 @@ def static_bootstrap(config: EnvoyConfig, *, admin_port: int = 0) -> dict[str, A
     bootstrap = envoy_bootstrap("test", "127.0.0.1", 1, admin_port=admin_port)
     del bootstrap["dynamic_resources"]
     routes = {route.name: route for route in config.routes}
+    discovered = {extension.name: extension.typed_config for extension in config.extension_configs}
     endpoints = {assignment.cluster_name: assignment for assignment in config.endpoints}
     bootstrap["static_resources"]["listeners"] = [
-        _plain(_inline_routes(listener, routes))
+        _plain(_inline_routes(listener, routes, discovered))
         for listener in config.listeners
         if not listener.HasField("api_listener")
     ]
@@ -38,7 +40,7 @@ def static_bootstrap(config: EnvoyConfig, *, admin_port: int = 0) -> dict[str, A
 
 
 def _inline_routes(
-    listener: listener_pb2.Listener, routes: dict[str, route_pb2.RouteConfiguration]
+    listener: listener_pb2.Listener, routes: dict[str, route_pb2.RouteConfiguration], discovered: dict[str, Any]
 ) -> listener_pb2.Listener:
     listener = listener_pb2.Listener.FromString(listener.SerializeToString())
     for chain in listener.filter_chains:
@@ -46,6 +48,9 @@ def _inline_routes(
             manager = hcm_pb2.HttpConnectionManager()
             network_filter.typed_config.Unpack(manager)
             manager.route_config.CopyFrom(routes[manager.rds.route_config_name])
+            for http_filter in manager.http_filters:
+                if http_filter.HasField("config_discovery"):
+                    http_filter.typed_config.CopyFrom(discovered[http_filter.name])
             network_filter.typed_config.Pack(manager)
     return listener
 

@@ -19,6 +19,7 @@ from envoy.config.core.v3 import base_pb2
 from opentelemetry.trace import Status, StatusCode
 
 from meshplane.agent.translate import EnvoyConfig
+from meshplane.agent.translate.extensions import EXTENSION_CONFIG_TYPE
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
@@ -31,7 +32,9 @@ LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-ENVOY_TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+EXTENSION_CONFIG = EXTENSION_CONFIG_TYPE
+# Filter configs before routes: a new route may name a JWT requirement only the new config has.
+ENVOY_TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER, EXTENSION_CONFIG, ROUTE)
 GATEWAYS = "gateways"
 
 Wanted = dict[str, dict[str, str]]
@@ -113,6 +116,7 @@ class GatewayPublisher(NoCallbacks):
                 CLUSTER: clusters,
                 ENDPOINT: endpoints,
                 LISTENER: _packed(config.listeners),
+                EXTENSION_CONFIG: _packed(config.extension_configs),
                 ROUTE: _packed(config.routes),
             }
             served = {type_url: dict(self.cache.resources(GATEWAYS, type_url)) for type_url in ENVOY_TYPE_ORDER}

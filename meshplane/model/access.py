@@ -235,6 +235,9 @@ class ApplicationKeySpec(WireModel):
     """Digest of the key as callers send it, for the enforcer's opaque-key lookups."""
     signing_key_id: str | None = None
     """The signing key it was issued under; None for an imported opaque key."""
+    token_expires: str | None = None
+    """The `exp` the signed key carries, which a rotation does not change (it shortens `expires`): past it,
+    the key is refused by its signature check, so the gateways need not list it as revoked."""
 
 
 def readable(obj: Mapping[str, Any]) -> dict[str, Any]:

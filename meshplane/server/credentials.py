@@ -120,6 +120,8 @@ class Credentials:
             spec["expires"] = _iso(expires)
         if signer is not None:
             spec["signingKeyId"] = signer.kid
+            if expires is not None:
+                spec["tokenExpires"] = _iso(expires)
 
         async def store(fence: Fence | None) -> StoredObject:
             """The record, only while its application is there: one deleted meanwhile leaves no record behind."""

@@ -541,6 +541,7 @@ async def test_the_stored_record_holds_the_digest_and_never_the_key(mobile: http
         "revoked",
         "sha256",
         "signingKeyId",
+        "tokenExpires",
     }
     stored_values = [*record.spec.values(), *record.labels.values(), *record.annotations.values()]
     assert issued["key"] not in stored_values
@@ -597,6 +598,19 @@ async def test_rotation_never_extends_a_key_that_ends_sooner(mobile: httpx.Async
     assert moment(response.json()["expires"]) - moment(old["created"]) > timedelta(hours=719)
 
 
+async def test_a_rotation_shortens_the_record_but_keeps_the_exp_the_key_carries(
+    mobile: httpx.AsyncClient, store: Store
+) -> None:
+    old = await issue(mobile, {"expiresIn": "720h"})
+
+    assert (await mobile.post(f"{KEYS}/{old['id']}/rotate", json={"overlap": "1h"})).status_code == 201
+
+    record = await store.get("ApplicationKey", "shop", old["id"])
+    carried = jwt.decode(old["key"], options={"verify_signature": False})["exp"]
+    assert moment(record.spec["tokenExpires"]).timestamp() == carried
+    assert moment(record.spec["expires"]) < moment(record.spec["tokenExpires"])
+
+
 async def test_rotating_a_revoked_key_is_refused_with_409(mobile: httpx.AsyncClient) -> None:
     issued = await issue(mobile)
     await mobile.delete(f"{KEYS}/{issued['id']}")
@@ -615,7 +629,7 @@ async def test_an_opaque_key_can_be_imported_and_is_kept_as_its_digest(mobile: h
     assert (imported["key"], imported["kind"]) == (key, "opaque")
     record = await store.get("ApplicationKey", "shop", imported["id"])
     assert record.spec["sha256"] == digest(key)
-    assert "signingKeyId" not in record.spec
+    assert "signingKeyId" not in record.spec and "tokenExpires" not in record.spec
     assert (await mobile.post(f"{KEYS}/{imported['id']}/rotate")).status_code == 409
 
 

@@ -1,14 +1,16 @@
 """Who may call an API, compiled into Envoy's own filters so that no service sits on the common path.
 
-Filter chain, each filter present only when some API needs it:
+The filter chain is the same whatever the catalog, since a listener change drains every open connection:
+what changes with APIs, keys and applications reaches the filters as their discovered config (ECDS, see
+`extensions`) or as per-route config.
   header_mutation   drops identity headers a caller sent, so only the gateway sets them
   cors              answers preflights and decorates responses, per route
-  jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route
-  ext_authz         the enforcer, for opaque keys, enabled per route
-  rbac "revoked"    refuses keys revoked or rotated out, and keys of an application this cluster does not
-                    hold (deleted, even if one of the same name was created since: a key names its
-                    application's uid), from each virtual host's config (answered 401 by a local-reply
-                    mapper)
+  jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route; discovered
+  ext_authz         the enforcer, for opaque keys, enabled per route (when the agent has an enforcer)
+  rbac "revoked"    refuses keys revoked or rotated out, by key id in one hash lookup; discovered
+  rbac "unbound"    refuses keys of an application this cluster does not hold (deleted, even if one of the
+                    same name was created since: a key names its application's uid); discovered
+                    (both answered 401 by a local-reply mapper)
   rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
@@ -24,7 +26,7 @@ from urllib.parse import urlsplit
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2, http_uri_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2, grpc_service_pb2, http_uri_pb2
 from envoy.config.rbac.v3 import rbac_pb2
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.access_loggers.filters.cel.v3 import cel_pb2
@@ -35,15 +37,18 @@ from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2 as rbac_filter_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
-from envoy.type.matcher.v3 import metadata_pb2, regex_pb2, string_pb2
+from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, regex_pb2, string_pb2
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import inline_cluster, is_ip_literal
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
-from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.entitlements import KEY_CLOCK_SKEW, Entitlements
+from meshplane.agent.translate.extensions import discovered_filter, extension_config
 from meshplane.dataplane import (
     APPLICATION_HEADER,
     CONTEXT_API,
@@ -61,18 +66,18 @@ JWT = "envoy.filters.http.jwt_authn"
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 RBAC = "envoy.filters.http.rbac"
 REVOKED_RBAC = "meshplane.revoked"
+UNBOUND_RBAC = "meshplane.unbound"
 ENFORCER_CLUSTER = "meshplane.enforcer"
 KEY_ISSUER = "meshplane"
 KEY_PAYLOAD = "apikey"
 USER_PAYLOAD = "user"
 REVOKED_POLICY = "revoked"
 SCOPES_POLICY = "scopes"
+AUTHENTICATED_POLICY = "authenticated"
 SERVICE_TIMEOUT = "0.25s"
 JWT_CACHE_SIZE = 10_000
 """Tokens each gateway worker remembers as verified (still checked for expiry): a caller's next request
 skips the signature check, which is most of what a key costs."""
-KEY_CLOCK_SKEW = 5
-"""Seconds an API key's `exp` may be off by: the server and its gateways keep time with NTP."""
 
 
 def filter_config(config: object) -> object:
@@ -128,41 +133,29 @@ class AccessPlan:
     now: float
     providers: dict[str, jwt_pb2.JwtProvider] = field(default_factory=dict)
     clusters: list[cluster_pb2.Cluster] = field(default_factory=list)
-    uses_cors: bool = False
-    uses_enforcer: bool = False
-    uses_rbac: bool = False
-    uses_identity: bool = False
 
     @classmethod
     def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements, now: float) -> AccessPlan:
         plan = cls(settings, entitlements, now)
         for api in apis:
             plan._survey(api)
-        if plan.uses_enforcer:
-            assert settings.enforcer_address is not None
+        if settings.enforcer_address is not None:
             plan.clusters.append(service_cluster(ENFORCER_CLUSTER, settings.enforcer_address))
         return plan
 
     def _survey(self, api: Api) -> None:
-        spec = api.spec
-        self.uses_cors |= spec.cors is not None
-        auth = spec.authentication
+        auth = api.spec.authentication
         if auth is None:
             return
-        self.uses_identity = True
-        if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
-            self.uses_enforcer |= self.settings.enforcer_address is not None
-        elif auth.api_key is not None:
+        if auth.api_key is not None and auth.api_key.mode is KeyMode.SIGNED:
             jwks = self.entitlements.jwks()
             if jwks is not None:
                 self.providers.setdefault(_key_provider_name(auth.api_key), _key_provider(auth.api_key, jwks))
-                self.uses_rbac = True
         elif auth.jwt is not None:
             provider, cluster = _user_provider(api, auth.jwt, self.settings.jwks_ca_file)
             self.providers[_user_provider_name(api)] = provider
             if cluster is not None:
                 self.clusters.append(cluster)
-            self.uses_rbac |= any(op.scopes for op in spec.operations)
 
     def unavailable(self, api: Api) -> str | None:
         """Why the gateway cannot check this API's callers here (its routes then answer 503), or None."""
@@ -179,25 +172,36 @@ class AccessPlan:
         return auth.api_key if auth is not None else None
 
     def filters(self) -> list[hcm_pb2.HttpFilter]:
-        filters = []
-        if self.uses_identity:
-            filters.append(_strip_identity())
-        if self.uses_cors:
-            filters.append(hcm_pb2.HttpFilter(name=CORS, typed_config=packed(cors_pb2.Cors())))
-        if self.providers:
-            requirements = {name: jwt_pb2.JwtRequirement(provider_name=name) for name in sorted(self.providers)}
-            config = jwt_pb2.JwtAuthentication(
-                providers={name: self.providers[name] for name in sorted(self.providers)},
-                requirement_map=requirements,
-                bypass_cors_preflight=True,
-            )
-            filters.append(hcm_pb2.HttpFilter(name=JWT, typed_config=packed(config)))
-        if self.uses_enforcer:
+        """The chain's checks, from the gateway's settings alone. Until their first config arrives the
+        discovered filters hold defaults that fail closed: no provider (and every route that asks for one
+        also requires its token in RBAC), and every key refused."""
+        filters = [
+            _strip_identity(),
+            hcm_pb2.HttpFilter(name=CORS, typed_config=packed(cors_pb2.Cors())),
+            discovered_filter(JWT, jwt_pb2.JwtAuthentication()),
+        ]
+        if self.settings.enforcer_address is not None:
             filters.append(self._ext_authz())
-        if self.uses_rbac:
-            filters.append(hcm_pb2.HttpFilter(name=REVOKED_RBAC, typed_config=packed(rbac_filter_pb2.RBAC())))
-            filters.append(hcm_pb2.HttpFilter(name=RBAC, typed_config=packed(rbac_filter_pb2.RBAC())))
+        filters += [
+            discovered_filter(REVOKED_RBAC, _every_key_refused()),
+            discovered_filter(UNBOUND_RBAC, _every_key_refused()),
+            hcm_pb2.HttpFilter(name=RBAC, typed_config=packed(rbac_filter_pb2.RBAC())),
+        ]
         return filters
+
+    def extension_configs(self) -> list[extension_pb2.TypedExtensionConfig]:
+        """What the discovered filters hold for this catalog. No `bypass_cors_preflight`: only the preflight
+        routes of APIs with CORS skip credentials (they carry no requirement), and the cors filter answers
+        those before jwt_authn runs; a preflight-looking request elsewhere is authenticated like any other."""
+        jwt = jwt_pb2.JwtAuthentication(
+            providers={name: self.providers[name] for name in sorted(self.providers)},
+            requirement_map={name: jwt_pb2.JwtRequirement(provider_name=name) for name in sorted(self.providers)},
+        )
+        return [
+            extension_config(JWT, jwt),
+            extension_config(REVOKED_RBAC, _revoked_keys(self.entitlements.refused_key_ids(self.now))),
+            extension_config(UNBOUND_RBAC, _unbound_keys(self.entitlements.application_uids())),
+        ]
 
     def _ext_authz(self) -> hcm_pb2.HttpFilter:
         config = ext_authz_pb2.ExtAuthz(
@@ -211,10 +215,8 @@ class AccessPlan:
         )
         return hcm_pb2.HttpFilter(name=EXT_AUTHZ, typed_config=packed(config), disabled=True)
 
-    def local_reply(self) -> hcm_pb2.LocalReplyConfig | None:
+    def local_reply(self) -> hcm_pb2.LocalReplyConfig:
         """A revoked key is a bad credential (401), although the filter refusing it is an RBAC one (403)."""
-        if not self.uses_rbac:
-            return None
         expression = f"response.code_details == 'rbac_access_denied_matched_policy[{REVOKED_POLICY}]'"
         matcher = accesslog_pb2.AccessLogFilter(
             extension_filter=accesslog_pb2.ExtensionFilter(
@@ -228,13 +230,6 @@ class AccessPlan:
             body=base_pb2.DataSource(inline_string="API key revoked\n"),
         )
         return hcm_pb2.LocalReplyConfig(mappers=[mapper])
-
-    def decorate_virtual_host(self, virtual_host: route_components_pb2.VirtualHost) -> None:
-        """Keys that must stop working, on every virtual host: route tables reach open connections at once,
-        where a listener change would wait for them to drain."""
-        if self.uses_rbac:
-            rules = _revoked_rules(self.entitlements.refused_key_ids(self.now), self.entitlements.application_uids())
-            virtual_host.typed_per_filter_config[REVOKED_RBAC].CopyFrom(packed(rules))
 
     def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         """Attach the API's checks to one of its routes, or make the route refuse when they cannot run."""
@@ -263,8 +258,8 @@ class AccessPlan:
             route.request_headers_to_add.append(_plan_header())
         elif auth.jwt is not None:
             per_filter[JWT].CopyFrom(packed(jwt_pb2.PerRouteConfig(requirement_name=_user_provider_name(api))))
-            if op is not None and op.scopes:
-                per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, op.scopes)))
+            scopes = op.scopes if op is not None else []
+            per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, scopes) if scopes else _authenticated()))
 
     def _subscribers(self, api: Api) -> rbac_filter_pb2.RBACPerRoute:
         """One ALLOW policy per plan, naming the applications subscribed on it by uid (the claim a key carries
@@ -340,18 +335,64 @@ def _one_of(payload: str, claim: str, values: list[str]) -> rbac_pb2.Principal:
     return rbac_pb2.Principal(metadata=matcher)
 
 
-def _revoked_rules(key_ids: list[str], application_uids: list[str]) -> rbac_filter_pb2.RBACPerRoute:
-    """Keys that must not work although their signature is good: those revoked or run out by their record
-    (`key_ids`), and those of an application that is not one of `application_uids`. Without the second, a
-    key would outlive its application: one created again under the same name would answer to it."""
+def _any_key() -> rbac_pb2.Principal:
+    """A request that carries a verified signed key."""
     any_key = jwt_metadata(KEY_PAYLOAD, "jti")
     any_key.value.present_match = True
-    unbound = rbac_pb2.Principal(metadata=any_key)
+    return rbac_pb2.Principal(metadata=any_key)
+
+
+def _refusing(principal: rbac_pb2.Principal) -> rbac_filter_pb2.RBAC:
+    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: _anything_by([principal])})
+    return rbac_filter_pb2.RBAC(rules=rules)
+
+
+def _every_key_refused() -> rbac_filter_pb2.RBAC:
+    """Before the gateway knows which keys must stop working, none works."""
+    return _refusing(_any_key())
+
+
+def _revoked_keys(key_ids: list[str]) -> rbac_filter_pb2.RBAC:
+    """Keys that must not work although their signature is good (revoked, or run out by their record), by
+    the key id jwt_authn copies from the verified token into a header (a caller's own is dropped first): one
+    hash lookup per request however many, where a list of principals or a regex would grow with them."""
+    if not key_ids:
+        return rbac_filter_pb2.RBAC()
+    refuse = xds_matcher_pb2.Matcher.OnMatch(
+        action=xds_extension_pb2.TypedExtensionConfig(
+            name=REVOKED_POLICY, typed_config=packed(rbac_pb2.Action(name=REVOKED_POLICY, action=rbac_pb2.RBAC.DENY))
+        )
+    )
+    allow = xds_matcher_pb2.Matcher.OnMatch(
+        action=xds_extension_pb2.TypedExtensionConfig(
+            name="allow", typed_config=packed(rbac_pb2.Action(name="allow", action=rbac_pb2.RBAC.ALLOW))
+        )
+    )
+    tree = xds_matcher_pb2.Matcher.MatcherTree(
+        input=xds_extension_pb2.TypedExtensionConfig(
+            name="key-id", typed_config=packed(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=KEY_ID_HEADER))
+        ),
+        exact_match_map=xds_matcher_pb2.Matcher.MatcherTree.MatchMap(map=dict.fromkeys(key_ids, refuse)),
+    )
+    return rbac_filter_pb2.RBAC(matcher=xds_matcher_pb2.Matcher(matcher_tree=tree, on_no_match=allow))
+
+
+def _unbound_keys(application_uids: list[str]) -> rbac_filter_pb2.RBAC:
+    """Keys of an application that is not one of `application_uids`. Without this, a key would outlive its
+    application: one created again under the same name would answer to it."""
+    unbound = _any_key()
     if application_uids:
         held = _one_of(KEY_PAYLOAD, KEY_APPLICATION_UID_CLAIM, application_uids)
         unbound = rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[unbound, rbac_pb2.Principal(not_id=held)]))
-    principals = [_one_of(KEY_PAYLOAD, "jti", key_ids), unbound] if key_ids else [unbound]
-    rules = rbac_pb2.RBAC(action=rbac_pb2.RBAC.DENY, policies={REVOKED_POLICY: _anything_by(principals)})
+    return _refusing(unbound)
+
+
+def _authenticated() -> rbac_filter_pb2.RBACPerRoute:
+    """A verified user token, whatever it says: jwt_authn already asks for one, this holds even while the
+    gateway has not yet received the API's provider."""
+    present = jwt_metadata(USER_PAYLOAD, "iss")
+    present.value.present_match = True
+    rules = rbac_pb2.RBAC(policies={AUTHENTICATED_POLICY: _anything_by([rbac_pb2.Principal(metadata=present)])})
     return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
@@ -51,3 +52,6 @@ class EnvoyConfig:
     endpoints: list[endpoint_pb2.ClusterLoadAssignment]
     refused: dict[str, str] = field(default_factory=dict)
     """APIs left out (`project/name`), each with the reason: what they would make the gateway reach."""
+    extension_configs: list[extension_pb2.TypedExtensionConfig] = field(default_factory=list)
+    """The configs of the gateway's discovered filters (ECDS): what changes with the catalog, kept out of the
+    listener."""

@@ -26,6 +26,9 @@ from meshplane.model.access import (
 )
 from meshplane.model.resource import Resource
 
+KEY_CLOCK_SKEW = 5
+"""Seconds an API key's `exp` may be off by: the server and its gateways keep time with NTP."""
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -46,18 +49,28 @@ class KeyRecord:
     sha256: bytes
     expires: float | None
     revoked: bool
+    signing_key_id: str | None = None
+    token_expires: float | None = None
 
     def usable(self, now: float) -> bool:
         return not self.revoked and (self.expires is None or self.expires > now)
 
+    def verifiable(self, now: float, signing_key_ids: set[str]) -> bool:
+        """Whether a gateway could still take the key's signature: issued under a signing key the KeySet
+        still holds (or an unknown one), and not past its own `exp` (give or take the clock skew allowed)."""
+        if self.signing_key_id is not None and self.signing_key_id not in signing_key_ids:
+            return False
+        return self.token_expires is None or self.token_expires + KEY_CLOCK_SKEW > now
+
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits that apply to one API: its own, per operation, and per application for a plan."""
+    """The limits that apply to one API: its own, per operation, and per application (its plan's, every
+    policy that limits the plan)."""
 
     api: list[RateLimit] = field(default_factory=list)
     operations: dict[tuple[str, str], list[RateLimit]] = field(default_factory=dict)
-    applications: dict[str, RateLimit] = field(default_factory=dict)
+    applications: dict[str, list[RateLimit]] = field(default_factory=dict)
 
 
 @dataclass
@@ -119,8 +132,11 @@ class Entitlements:
 
     def refused_key_ids(self, now: float) -> list[str]:
         """Signed keys that must stop working although their signature is good: revoked, or past the end
-        their record sets (a rotation's overlap)."""
-        return sorted(key.id for key in self.keys if not key.usable(now))
+        their record sets (a rotation's overlap). Keys whose signature no longer passes (past their `exp`,
+        or under a signing key retired from the KeySet) are left out, so the list stays bounded by the keys
+        that could still be presented."""
+        signing = {str(jwk.get("kid")) for jwk in self.key_set.keys} if self.key_set is not None else set()
+        return sorted(key.id for key in self.keys if not key.usable(now) and key.verifiable(now, signing))
 
     def next_expiry(self, now: float) -> float | None:
         """When the next key record runs out, so the gateways can be told then."""
@@ -129,7 +145,7 @@ class Entitlements:
 
     def limits(self, project: str, api: str) -> Limits:
         limits = Limits()
-        plans: dict[str, RateLimit] = {}
+        plans: dict[str, list[RateLimit]] = defaultdict(list)
         for policy_project, _, spec in self.policies:
             if policy_project != project:
                 continue
@@ -140,7 +156,7 @@ class Entitlements:
                 op = (target.operation.method.upper(), target.operation.path)
                 limits.operations.setdefault(op, []).append(spec.limit())
             elif target.kind is TargetKind.SUBSCRIPTION_PLAN and target.api in (None, api):
-                plans.setdefault(target.name, spec.limit())
+                plans[target.name].append(spec.limit())
         for grant in self.grants(project, api):
             if grant.plan in plans:
                 limits.applications[grant.application] = plans[grant.plan]
@@ -148,7 +164,18 @@ class Entitlements:
 
 
 def _key_record(project: str, name: str, spec: ApplicationKeySpec) -> KeyRecord:
-    expires = datetime.fromisoformat(spec.expires.replace("Z", "+00:00")).timestamp() if spec.expires else None
     return KeyRecord(
-        project, name, spec.application, spec.application_uid, bytes.fromhex(spec.sha256), expires, spec.revoked
+        project,
+        name,
+        spec.application,
+        spec.application_uid,
+        bytes.fromhex(spec.sha256),
+        _seconds(spec.expires),
+        spec.revoked,
+        spec.signing_key_id,
+        _seconds(spec.token_expires),
     )
+
+
+def _seconds(stamp: str | None) -> float | None:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else None

@@ -4,7 +4,13 @@ ratelimit filter and the rate limiter's RateLimitConfig.
 Each route lists the descriptors its requests produce (stage 0 for the global filter, stage 1 for the
 local one): `api`, `api + operation`, `api + application` (the caller, from its verified key). One filter
 per scope holds every bucket, so an API's limit is shared by all of its routes. Several limits on the
-same thing and scope keep the strictest.
+same thing and scope keep the strictest; limits of different scopes all apply.
+
+Both filters are always in the chain (the global one when the agent has a rate limiter), so the listener
+never changes with limits. The local buckets live in the local filter's discovered config, which holds
+local limits and nothing else: Envoy makes new buckets when that config is replaced, and keeps them
+across any other change (a route table, a key, another API), since route tables carry only the
+descriptors requests produce.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import base_pb2, config_source_pb2, grpc_service_pb2
+from envoy.config.core.v3 import base_pb2, config_source_pb2, extension_pb2, grpc_service_pb2
 from envoy.config.ratelimit.v3 import rls_pb2 as rls_config_pb2
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2 as common_pb2
@@ -28,6 +34,7 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
 from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.extensions import discovered_filter, extension_config
 from meshplane.dataplane import DESCRIPTOR_API, DESCRIPTOR_APPLICATION, DESCRIPTOR_OPERATION, RATELIMIT_DOMAIN
 from meshplane.model.access import KeyMode, LimitScope, RateLimit, RateUnit
 from meshplane.model.kinds import Operation
@@ -101,9 +108,10 @@ class LimitPlan:
                     if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
                 },
                 applications={
-                    f"{api.project}/{app}": limit
-                    for app, limit in sorted(found.applications.items())
-                    if limit.scope is scope and caller is not None
+                    f"{api.project}/{app}": chosen
+                    for app, candidates in sorted(found.applications.items())
+                    if caller is not None
+                    and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
                 },
             )
             if limits:
@@ -115,20 +123,21 @@ class LimitPlan:
         return bool(self.shared) and self.settings.ratelimiter_address is not None
 
     def filters(self) -> list[hcm_pb2.HttpFilter]:
-        filters = []
-        if self.local:
-            filters.append(hcm_pb2.HttpFilter(name=LOCAL_RATELIMIT, typed_config=packed(self._local_filter())))
-        if self.enforces_global:
+        """From the settings alone; until its config arrives the local filter holds no bucket."""
+        filters = [discovered_filter(LOCAL_RATELIMIT, _local_filter([]))]
+        if self.settings.ratelimiter_address is not None:
             filters.append(hcm_pb2.HttpFilter(name=GLOBAL_RATELIMIT, typed_config=packed(self._global_filter())))
         return filters
 
+    def extension_configs(self) -> list[extension_pb2.TypedExtensionConfig]:
+        return [extension_config(LOCAL_RATELIMIT, _local_filter(self._local_descriptors()))]
+
     def clusters(self) -> list[cluster_pb2.Cluster]:
-        if not self.enforces_global:
+        if self.settings.ratelimiter_address is None:
             return []
-        assert self.settings.ratelimiter_address is not None
         return [service_cluster(RATELIMITER_CLUSTER, self.settings.ratelimiter_address)]
 
-    def _local_filter(self) -> local_rate_limit_pb2.LocalRateLimit:
+    def _local_descriptors(self) -> list[common_pb2.LocalRateLimitDescriptor]:
         descriptors = []
         for (project, name), limits in sorted(self.local.items()):
             api = _entry(DESCRIPTOR_API, f"{project}/{name}")
@@ -138,14 +147,7 @@ class LimitPlan:
                 descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_OPERATION, f"{method} {path}")], limit))
             for app, limit in limits.applications.items():
                 descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_APPLICATION, app)], limit))
-        return local_rate_limit_pb2.LocalRateLimit(
-            stat_prefix="local_rate_limit",
-            filter_enabled=_always("local_rate_limit_enabled"),
-            filter_enforced=_always("local_rate_limit_enforced"),
-            descriptors=descriptors,
-            stage=LOCAL_STAGE,
-            enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
-        )
+        return descriptors
 
     def _global_filter(self) -> rate_limit_pb2.RateLimit:
         return rate_limit_pb2.RateLimit(
@@ -214,6 +216,17 @@ class LimitPlan:
                 )
             descriptors.append(node)
         return rls_conf_pb2.RateLimitConfig(name=RATELIMIT_DOMAIN, domain=RATELIMIT_DOMAIN, descriptors=descriptors)
+
+
+def _local_filter(descriptors: list[common_pb2.LocalRateLimitDescriptor]) -> local_rate_limit_pb2.LocalRateLimit:
+    return local_rate_limit_pb2.LocalRateLimit(
+        stat_prefix="local_rate_limit",
+        filter_enabled=_always("local_rate_limit_enabled"),
+        filter_enforced=_always("local_rate_limit_enforced"),
+        descriptors=descriptors,
+        stage=LOCAL_STAGE,
+        enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
+    )
 
 
 def _entry(key: str, value: str) -> common_pb2.RateLimitDescriptor.Entry:

@@ -21,9 +21,32 @@ def gateway_listener(
     filters: Sequence[hcm_pb2.HttpFilter] = (),
     local_reply: hcm_pb2.LocalReplyConfig | None = None,
 ) -> listener_pb2.Listener:
-    """Paths are normalized and slashes merged before matching, so `/orders/../admin` or `//admin` cannot
-    reach a route meant for something else; the port in Host is ignored when picking a virtual host.
-    `filters` (checks and limits) run in order before the router.
+    """The gateway's HTTP listener at the settings' address (see `connection_manager`)."""
+    return listener_pb2.Listener(
+        name=settings.listener_name,
+        address=socket_address(settings.listener_address, settings.listener_port),
+        filter_chains=[
+            listener_components_pb2.FilterChain(
+                filters=[
+                    listener_components_pb2.Filter(
+                        name=HCM_FILTER, typed_config=packed(connection_manager(settings, filters, local_reply))
+                    )
+                ]
+            )
+        ],
+    )
+
+
+def connection_manager(
+    settings: GatewaySettings,
+    filters: Sequence[hcm_pb2.HttpFilter] = (),
+    local_reply: hcm_pb2.LocalReplyConfig | None = None,
+) -> hcm_pb2.HttpConnectionManager:
+    """The HTTP connection manager of every gateway listener. Paths are normalized and slashes merged before
+    matching, so `/orders/../admin` or `//admin` cannot reach a route meant for something else; the port in
+    Host is ignored when picking a virtual host.
+    `filters` (checks and limits) run in order before the router; they must not change with the catalog,
+    since a listener change drains every open connection.
 
     The gateway is the edge: the client address is the connection's peer (or, behind `xff_num_trusted_hops`
     proxies of the operator's, the address the outermost of them appended), which is what the upstream finds
@@ -42,15 +65,7 @@ def gateway_listener(
     )
     if local_reply is not None:
         manager.local_reply_config.CopyFrom(local_reply)
-    return listener_pb2.Listener(
-        name=settings.listener_name,
-        address=socket_address(settings.listener_address, settings.listener_port),
-        filter_chains=[
-            listener_components_pb2.FilterChain(
-                filters=[listener_components_pb2.Filter(name=HCM_FILTER, typed_config=packed(manager))]
-            )
-        ],
-    )
+    return manager
 
 
 def router_filter() -> hcm_pb2.HttpFilter:

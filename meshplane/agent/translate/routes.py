@@ -68,13 +68,19 @@ def _api_routes(
         if decorate is not None:
             decorate(api, op, route)
         routes.append((key, route))
-    extra = (
-        preflight(api, route_match(catch_all(base)), action) if preflight is not None and action is not None else None
-    )
-    if extra is not None:
-        # After the operations' more specific patterns, before a catch-all that would take any method.
-        key = (-len(base.segments), base.specificity(), api.spec.base_path, catch_all(base).specificity(), False)
-        routes.append(((*key, "", "OPTIONS", api.project, api.name), extra))
+    if preflight is None or action is None:
+        return routes
+    # An API with operations answers preflights for its own paths only, so another API on the same basePath
+    # answers its own with its own policy; one without answers them under its whole basePath. Each goes
+    # after the operations' (more specific or method-bound) routes, before a catch-all that takes any method.
+    patterns = [(op.path, operation_pattern(base, op.path)) for op in api.spec.operations] or [("", catch_all(base))]
+    for path, pattern in sorted(dict(patterns).items()):
+        extra = preflight(api, route_match(pattern), action)
+        if extra is not None:
+            if path:
+                extra.name = f"{extra.name} {path}"
+            key = (-len(base.segments), base.specificity(), api.spec.base_path, pattern.specificity(), False)
+            routes.append(((*key, path, "OPTIONS", api.project, api.name), extra))
     return routes
 
 

@@ -54,7 +54,8 @@ def translate_apis(
     now: float | None = None,
     services: LocalServices | None = None,
 ) -> EnvoyConfig:
-    """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
+    """The gateway's listener, route table, discovered filter configs, clusters and EDS endpoints for a set of
+    validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
     `entitlements` says who may call what (applications, subscriptions, keys, limits); `now` (seconds since the
     epoch, required with entitlements: the translator reads no clock) decides which key records have run out;
@@ -63,6 +64,8 @@ def translate_apis(
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
+    The gateway's listener depends on `settings` alone: what changes with the catalog is in the route table and
+    the discovered filter configs, which reach open connections without draining them.
     Output never depends on input order.
     """
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
@@ -81,11 +84,7 @@ def translate_apis(
             limits.decorate(api, op, route.route)
 
     listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
-    routes = [
-        route_configuration(
-            settings.route_config_name, views, decorate, access.preflight_route, access.decorate_virtual_host
-        )
-    ]
+    routes = [route_configuration(settings.route_config_name, views, decorate, access.preflight_route)]
     clusters = [*access.clusters, *limits.clusters()]
     endpoints = []
     for api in views:
@@ -104,4 +103,5 @@ def translate_apis(
         clusters=sorted(clusters, key=lambda cluster: cluster.name),
         endpoints=sorted(endpoints, key=lambda assignment: assignment.cluster_name),
         refused=refused,
+        extension_configs=[*access.extension_configs(), *limits.extension_configs()],
     )

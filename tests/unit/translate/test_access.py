@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
@@ -12,6 +12,7 @@ from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.agent.translate.entitlements import Entitlements
@@ -24,7 +25,21 @@ from meshplane_testing.envoy import validate
 from meshplane_testing.static_bootstrap import static_bootstrap
 from meshplane_testing.translate_factories import LOOPBACK, api, backend
 
+M = TypeVar("M", bound=Message)
 NOW = 1_800_000_000.0
+CHAIN = [
+    "envoy.filters.http.header_mutation",
+    "envoy.filters.http.cors",
+    "envoy.filters.http.jwt_authn",
+    "envoy.filters.http.ext_authz",
+    "meshplane.revoked",
+    "meshplane.unbound",
+    "envoy.filters.http.rbac",
+    "envoy.filters.http.local_ratelimit",
+    "envoy.filters.http.ratelimit",
+    "envoy.filters.http.router",
+]
+"""The gateway's filter chain with an enforcer and a rate limiter, whatever the APIs."""
 JWK = {"kty": "EC", "crv": "P-256", "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU", "kid": "k1", "alg": "ES256"}
 JWK["y"] = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"
 SERVICES = GatewaySettings(backends=LOOPBACK, enforcer_address="127.0.0.1:18081", ratelimiter_address="127.0.0.1:18082")
@@ -76,41 +91,57 @@ def filter_names(config: EnvoyConfig) -> list[str]:
     return [item.name for item in manager(config).http_filters]
 
 
+def discovered(config: EnvoyConfig, name: str, message: M) -> M:
+    """The config a discovered filter of the gateway follows (its ECDS resource)."""
+    (extension,) = [item for item in config.extension_configs if item.name == name]
+    assert extension.typed_config.Unpack(message)
+    return message
+
+
 def routes(config: EnvoyConfig) -> dict[str, Any]:
     table = next(table for table in config.routes if table.name == "gateway")
     return {route.name: route for host in table.virtual_hosts for route in host.routes}
 
 
-def test_an_api_without_policies_keeps_the_bare_filter_chain() -> None:
+def test_the_filter_chain_depends_on_the_gateway_services_alone() -> None:
     config = translate_apis([api("open", basePath="/open", backends=[backend()])], SERVICES, entitlements(), NOW)
+    bare = translate_apis([orders()], GatewaySettings(backends=LOOPBACK), entitlements(), NOW)
 
-    assert filter_names(config) == ["envoy.filters.http.router"]
-    assert not manager(config).HasField("local_reply_config")
+    assert filter_names(config) == CHAIN
+    assert filter_names(bare) == [name for name in CHAIN if not name.endswith(("ext_authz", ".ratelimit"))]
+    discovered_filters = [item.name for item in manager(config).http_filters if item.HasField("config_discovery")]
+    assert discovered_filters == [
+        "envoy.filters.http.jwt_authn",
+        "meshplane.revoked",
+        "meshplane.unbound",
+        "envoy.filters.http.local_ratelimit",
+    ]
+    assert sorted(item.name for item in config.extension_configs) == sorted(discovered_filters)
+    # Until its config arrives, each discovered filter refuses keys rather than let them through.
+    revoked = manager(config).http_filters[4].config_discovery
+    assert revoked.apply_default_config_without_warming
+    default = rbac_pb2.RBAC()
+    revoked.default_config.Unpack(default)
+    assert default.rules.action == default.rules.DENY
 
 
 def test_signed_keys_compile_to_jwt_authn_then_revocation_then_subscriptions() -> None:
     config = translate_apis([orders()], SERVICES, entitlements(), NOW)
 
-    assert filter_names(config) == [
-        "envoy.filters.http.header_mutation",
-        "envoy.filters.http.jwt_authn",
-        "meshplane.revoked",
-        "envoy.filters.http.rbac",
-        "envoy.filters.http.router",
-    ]
-    jwt = jwt_pb2.JwtAuthentication()
-    manager(config).http_filters[1].typed_config.Unpack(jwt)
+    jwt = discovered(config, "envoy.filters.http.jwt_authn", jwt_pb2.JwtAuthentication())
     provider = jwt.providers["apikey:x-api-key:"]
     assert json.loads(provider.local_jwks.inline_string) == {"keys": [JWK]}
     assert not provider.forward
-    # Revocations live in the route table, which reaches open connections at once.
+    assert not jwt.bypass_cors_preflight
+    # Revoked keys: one lookup of the key id header jwt_authn sets, in the revoked filter's own config.
+    revoked = discovered(config, "meshplane.revoked", rbac_pb2.RBAC())
+    tree = revoked.matcher.matcher_tree
+    assert sorted(tree.exact_match_map.map) == ["k-revoked", "k-rotated"]
     table = next(table for table in config.routes if table.name == "gateway")
-    revoked = rbac_pb2.RBACPerRoute()
-    table.virtual_hosts[0].typed_per_filter_config["meshplane.revoked"].Unpack(revoked)
-    refused = revoked.rbac.rules.policies["revoked"].principals
-    assert refused[0].metadata.value.string_match.safe_regex.regex == "^(k\\-revoked|k\\-rotated)$"
+    assert "meshplane.revoked" not in table.virtual_hosts[0].typed_per_filter_config
     # ... and keys of applications the cluster does not hold, by the uid each key names.
-    present, not_held = refused[1].and_ids.ids
+    unbound = discovered(config, "meshplane.unbound", rbac_pb2.RBAC())
+    present, not_held = unbound.rules.policies["revoked"].principals[0].and_ids.ids
     assert [p.key for p in present.metadata.path] == ["apikey", "jti"] and present.metadata.value.present_match
     assert not_held.not_id.metadata.value.string_match.safe_regex.regex == "^(uid\\-mobile|uid\\-web)$"
 
@@ -159,7 +190,7 @@ def test_opaque_keys_go_to_the_enforcer_or_answer_503_without_one() -> None:
     without = translate_apis([opaque], GatewaySettings(backends=LOOPBACK), entitlements(), NOW)
 
     assert "envoy.filters.http.ext_authz" in filter_names(with_enforcer)
-    assert manager(with_enforcer).http_filters[1].disabled
+    assert manager(with_enforcer).http_filters[3].disabled
     assert "meshplane.enforcer" in {cluster.name for cluster in with_enforcer.clusters}
     assert "envoy.filters.http.ext_authz" in routes(with_enforcer)["shop/orders *"].typed_per_filter_config
     refused = routes(without)["shop/orders *"]
@@ -209,14 +240,8 @@ def test_local_limits_share_one_filter_and_global_ones_need_the_limiter() -> Non
     with_limiter = translate_apis([orders(**spec)], SERVICES, entitlements(*policies), NOW)
     without = translate_apis([orders(**spec)], GatewaySettings(backends=LOOPBACK), entitlements(*policies), NOW)
 
-    assert filter_names(with_limiter)[-3:] == [
-        "envoy.filters.http.local_ratelimit",
-        "envoy.filters.http.ratelimit",
-        "envoy.filters.http.router",
-    ]
     assert "envoy.filters.http.ratelimit" not in filter_names(without)
-    local = local_rate_limit_pb2.LocalRateLimit()
-    next(f for f in manager(with_limiter).http_filters if f.name.endswith("local_ratelimit")).typed_config.Unpack(local)
+    local = discovered(with_limiter, "envoy.filters.http.local_ratelimit", local_rate_limit_pb2.LocalRateLimit())
     entries = [[(e.key, e.value) for e in d.entries] for d in local.descriptors]
     assert entries == [[("api", "shop/orders")], [("api", "shop/orders"), ("operation", "POST /items")]]
     post = routes(with_limiter)["shop/orders POST /items"].route.rate_limits
@@ -248,7 +273,9 @@ def test_scopes_compile_to_rbac_on_the_user_token() -> None:
     config = translate_apis([users], SERVICES, entitlements(), NOW)
     table = routes(config)
 
-    assert "envoy.filters.http.rbac" not in table["shop/users GET /me"].typed_per_filter_config
+    authenticated = rbac_pb2.RBACPerRoute()
+    table["shop/users GET /me"].typed_per_filter_config["envoy.filters.http.rbac"].Unpack(authenticated)
+    assert list(authenticated.rbac.rules.policies) == ["authenticated"]
     scoped = rbac_pb2.RBACPerRoute()
     table["shop/users POST /orders"].typed_per_filter_config["envoy.filters.http.rbac"].Unpack(scoped)
     assert list(scoped.rbac.rules.policies) == ["scopes"]
@@ -259,7 +286,6 @@ def test_cors_adds_a_preflight_route_before_the_catch_all() -> None:
     names = list(routes(config))
 
     assert names == ["shop/orders preflight", "shop/orders *"]
-    assert "envoy.filters.http.cors" in filter_names(config)
 
 
 @pytest.mark.envoy
@@ -291,3 +317,26 @@ def test_envoy_accepts_every_policy_at_once(tmp_path: Path) -> None:
     )
     accepted, output = validate(tmp_path, static_bootstrap(translate_apis(apis, SERVICES, entitlements(plan), NOW)))
     assert accepted, output
+
+
+def test_an_api_with_operations_answers_preflights_for_its_own_paths_only() -> None:
+    spec = {"operations": [{"method": "GET", "path": "/items"}, {"method": "POST", "path": "/items"}]}
+    config = translate_apis(
+        [orders(cors={"allowOrigins": ["https://app.example"]}, **spec)], SERVICES, entitlements(), NOW
+    )
+    preflight = routes(config)["shop/orders preflight /items"]
+
+    assert list(routes(config)) == ["shop/orders GET /items", "shop/orders preflight /items", "shop/orders POST /items"]
+    assert preflight.match.path == "/orders/items"
+    assert "envoy.filters.http.jwt_authn" not in preflight.typed_per_filter_config
+
+
+def test_the_revoked_list_leaves_out_keys_whose_signature_no_longer_passes() -> None:
+    held = entitlements(
+        key("k-revoked-ran-out", "mobile", revoked=True, tokenExpires="2020-01-01T00:00:00Z"),
+        key("k-revoked-runs-later", "mobile", revoked=True, tokenExpires="2030-01-01T00:00:00Z", signingKeyId="k1"),
+        key("k-revoked-retired-signer", "mobile", revoked=True, signingKeyId="k0"),
+        key("k-rotated-ran-out", "mobile", expires="2020-01-01T00:00:00Z", tokenExpires="2020-01-02T00:00:00Z"),
+    )
+
+    assert held.refused_key_ids(NOW) == ["k-revoked", "k-revoked-runs-later", "k-rotated"]
