@@ -91,8 +91,8 @@ class ApiKeyAuth(WireModel):
         return self
 
 
-class JwtAuth(WireModel):
-    """User tokens (bearer JWTs) from an identity provider, checked natively by the gateway."""
+class JwtIssuer(WireModel):
+    """One identity provider whose tokens an API accepts: who signs them, and for whom."""
 
     issuer: str = Field(min_length=1)
     audiences: list[str] = Field(default_factory=list)
@@ -102,10 +102,6 @@ class JwtAuth(WireModel):
     """Or where to fetch it from; the gateway caches it. Over HTTPS the server is verified for the URI's host."""
     jwks_ca_certificates: str | None = None
     """PEM certificates of the CAs an https jwksUri is verified against; default: the gateways' system store."""
-    header: HeaderName = "authorization"
-    """The header carrying `Bearer <token>`."""
-    scopes_claim: str = Field(default="scope", min_length=1)
-    """Claim holding the token's scopes: a space-separated string or a list."""
 
     @field_validator("jwks")
     @classmethod
@@ -132,9 +128,47 @@ class JwtAuth(WireModel):
         return text
 
     @model_validator(mode="after")
-    def _one_key_source(self) -> JwtAuth:
+    def _one_key_source(self) -> JwtIssuer:
         if (self.jwks is None) == (self.jwks_uri is None):
             raise ValueError("give exactly one of jwks (inline) and jwksUri")
+        return self
+
+
+ClaimName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class JwtAuth(JwtIssuer):
+    """User and client tokens (bearer JWTs) from identity providers, checked natively by the gateway: the
+    issuer above, and any of `additionalIssuers`."""
+
+    additional_issuers: list[JwtIssuer] = Field(default_factory=list)
+    """Other providers whose tokens this API accepts as well (a token is checked against its own issuer's keys)."""
+    header: HeaderName = "authorization"
+    """The header carrying `Bearer <token>`."""
+    scopes_claim: str = Field(default="scope", min_length=1)
+    """Claim holding the token's scopes: a space-separated string or a list."""
+    require_subscription: bool = False
+    """Admit a token only when its client (an Application's `clientIds`, by issuer) is subscribed to the API:
+    the subscription's plan, its limits and blocking then apply as they do to API keys."""
+    client_id_claims: list[ClaimName] = Field(default_factory=lambda: ["azp", "client_id"], min_length=1)
+    """The claims that name the token's client, any one of them (OpenID Connect's `azp`, RFC 9068's `client_id`)."""
+
+    def issuers(self) -> list[JwtIssuer]:
+        """Every provider this API accepts, the first one first."""
+        first = JwtIssuer(
+            issuer=self.issuer,
+            audiences=self.audiences,
+            jwks=self.jwks,
+            jwks_uri=self.jwks_uri,
+            jwks_ca_certificates=self.jwks_ca_certificates,
+        )
+        return [first, *self.additional_issuers]
+
+    @model_validator(mode="after")
+    def _distinct_issuers(self) -> JwtAuth:
+        names = [issuer.issuer for issuer in self.issuers()]
+        if len(set(names)) != len(names):
+            raise ValueError("each issuer may be given once")
         return self
 
 
@@ -162,11 +196,27 @@ class Cors(WireModel):
     allow_credentials: bool = False
 
 
+class ClientId(WireModel):
+    """How an identity provider names an application in the tokens it issues to it."""
+
+    issuer: str = Field(min_length=1)
+    client_id: str = Field(min_length=1, max_length=256)
+
+
 class ApplicationSpec(WireModel):
-    """A consumer of APIs. Its keys are made with POST .../applications/{name}/keys, never written here."""
+    """A consumer of APIs. Its keys are made with POST .../applications/{name}/keys, never written here; its
+    `clientIds` make tokens that identity providers issue to it count as it, for APIs that require a subscription."""
 
     description: str = ""
     owner: str | None = None
+    client_ids: list[ClientId] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct_client_ids(self) -> ApplicationSpec:
+        pairs = [(client.issuer, client.client_id) for client in self.client_ids]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("each client id may be given once per issuer")
+        return self
 
 
 class SubscriptionState(StrEnum):

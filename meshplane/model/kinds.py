@@ -224,8 +224,11 @@ class APISpec(WireModel):
             if op.scopes and not jwt
         ]
         user = self.authentication.jwt if self.authentication is not None else None
-        if user is not None and user.jwks_ca_certificates is not None and not _https(user.jwks_uri):
-            problems.append(("authentication.jwt.jwksCaCertificates", "only with an https jwksUri"))
+        if user is not None:
+            for index, issuer in enumerate(user.issuers()):
+                if issuer.jwks_ca_certificates is not None and not _https(issuer.jwks_uri):
+                    where = "" if index == 0 else f".additionalIssuers[{index - 1}]"
+                    problems.append((f"authentication.jwt{where}.jwksCaCertificates", "only with an https jwksUri"))
         for index, backend in enumerate(self.backends):
             if backend.host is None and backend.service is None:
                 problems.append((f"backends[{index}].host", "a backend needs a host or a service"))

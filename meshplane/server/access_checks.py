@@ -1,8 +1,9 @@
 """Write-time checks for API management kinds that need the store.
 
 What a RateLimitPolicy targets must exist (422 with the field path; what a Subscription names is checked as
-every kind's references are, see references); an application subscribes to an API once (409); an API whose
-routes would meet another's at a gateway is refused (409, see api_conflicts; another project's API is not named).
+every kind's references are, see references); an application subscribes to an API once (409); a token client
+(issuer and client id) is one application's in a project (409); an API whose routes would meet another's at a
+gateway is refused (409, see api_conflicts; another project's API is not named).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from meshplane.model.access import PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
+from meshplane.model.access import ApplicationSpec, PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
@@ -46,6 +47,8 @@ async def check_access(store: Store, resource: Resource, lookup: ApiLookup | Non
         return await _check_api_routes(store, resource, spec, lookup)
     if isinstance(spec, SubscriptionSpec):
         return await _check_subscription(store, project, resource.metadata.name, spec)
+    if isinstance(spec, ApplicationSpec) and spec.client_ids:
+        return await _check_client_ids(store, project, resource.metadata.name, spec)
     if isinstance(spec, RateLimitPolicySpec):
         await _check_target(store, project, spec.target)
     return None
@@ -63,7 +66,17 @@ def collides_with_access_checks(resource: Resource, other: StoredObject) -> bool
     if isinstance(spec, SubscriptionSpec):
         pair = (other.spec.get("application"), other.spec.get("api"))
         return other.project == resource.metadata.project and pair == (spec.application, spec.api)
+    if isinstance(spec, ApplicationSpec):
+        return other.project == resource.metadata.project and bool(_client_pairs(spec) & _stored_client_pairs(other))
     return False
+
+
+def _client_pairs(spec: ApplicationSpec) -> set[tuple[str, str]]:
+    return {(client.issuer, client.client_id) for client in spec.client_ids}
+
+
+def _stored_client_pairs(stored: StoredObject) -> set[tuple[str, str]]:
+    return {(client.get("issuer", ""), client.get("clientId", "")) for client in stored.spec.get("clientIds", [])}
 
 
 async def _stored_api(store: Store, project: str, name: str) -> StoredObject | None:
@@ -81,6 +94,18 @@ async def _check_subscription(store: Store, project: str, name: str, spec: Subsc
             raise Problem(
                 409, f"application {spec.application} is already subscribed to API {spec.api} by {other.name}"
             )
+    return revision
+
+
+async def _check_client_ids(store: Store, project: str, name: str, spec: ApplicationSpec) -> int:
+    """A token's client names one application: two that claim it would both answer for its tokens."""
+    applications, revision = await store.list("Application", project)
+    wanted = _client_pairs(spec)
+    for other in applications:
+        shared = wanted & _stored_client_pairs(other) if other.name != name else set()
+        if shared:
+            issuer, client = min(shared)
+            raise Problem(409, f"client id {client!r} of issuer {issuer} already belongs to application {other.name}")
     return revision
 
 

@@ -283,6 +283,16 @@ INLINE_JWKS = json.dumps({"keys": [{"kty": "oct", "k": "c2VjcmV0", "kid": "x"}]}
         ({"authentication": {}}, "spec.authentication"),
         ({"authentication": {"jwt": {"issuer": "i", "jwks": "[" * 100_000}}}, "spec.authentication.jwt.jwks"),
         ({"authentication": {"jwt": {"issuer": "i", "jwks": '{"keys": []}'}}}, "spec.authentication.jwt.jwks"),
+        (
+            {"authentication": {"jwt": {**JWT, "additionalIssuers": [{"issuer": JWT["issuer"], "jwks": INLINE_JWKS}]}}},
+            "spec.authentication.jwt",
+        ),
+        (
+            {"authentication": {"jwt": {**JWT, "additionalIssuers": [{"issuer": "https://other.example"}]}}},
+            "spec.authentication.jwt.additionalIssuers[0]",
+        ),
+        ({"authentication": {"jwt": {**JWT, "clientIdClaims": []}}}, "spec.authentication.jwt.clientIdClaims"),
+        ({"authentication": {"jwt": {**JWT, "clientIdClaims": ["a b"]}}}, "spec.authentication.jwt.clientIdClaims[0]"),
         ({"cors": {"allowOrigins": ["ftp://app.example.com"]}}, "spec.cors.allowOrigins[0]"),
         ({"cors": {"allowOrigins": ["https://app.example.com/path"]}}, "spec.cors.allowOrigins[0]"),
         ({"cors": {"allowOrigins": []}}, "spec.cors.allowOrigins"),
@@ -324,6 +334,51 @@ async def test_api_with_consistent_access_settings_is_accepted(client: httpx.Asy
 
     assert response.status_code == 201, response.text
     assert response.json()["spec"]["authentication"]["jwt"]["header"] == "authorization"
+
+
+async def test_an_api_may_accept_tokens_of_several_issuers_and_require_a_subscription(
+    client: httpx.AsyncClient,
+) -> None:
+    other = {"issuer": "https://other.example", "jwks": INLINE_JWKS, "audiences": ["orders"]}
+    jwt = {**JWT, "additionalIssuers": [other], "requireSubscription": True}
+
+    response = await put(client, "apis", api("orders", project="shop", authentication={"jwt": jwt}))
+
+    assert response.status_code == 201, response.text
+    stored = response.json()["spec"]["authentication"]["jwt"]
+    assert stored["additionalIssuers"][0]["issuer"] == "https://other.example"
+    assert stored["clientIdClaims"] == ["azp", "client_id"]
+
+
+async def test_a_token_client_belongs_to_one_application_of_a_project(mobile: httpx.AsyncClient) -> None:
+    client = {"issuer": "https://id.example.com", "clientId": "mobile-app"}
+    first = await put(
+        mobile, "applications", document("Application", "first", project="shop", spec={"clientIds": [client]})
+    )
+    second = await put(
+        mobile, "applications", document("Application", "second", project="shop", spec={"clientIds": [client]})
+    )
+    other_issuer = await put(
+        mobile,
+        "applications",
+        document(
+            "Application", "third", project="shop", spec={"clientIds": [{**client, "issuer": "https://b.example"}]}
+        ),
+    )
+    again = await put(
+        mobile, "applications", document("Application", "first", project="shop", spec={"clientIds": [client]})
+    )
+    twice = await put(
+        mobile, "applications", document("Application", "fourth", project="shop", spec={"clientIds": [client, client]})
+    )
+
+    assert first.status_code == 201, first.text
+    assert second.status_code == 409
+    assert "first" in second.json()["detail"]
+    assert other_issuer.status_code == 201, other_issuer.text
+    assert again.status_code == 200, again.text
+    assert twice.status_code == 422
+    assert (await mobile.get(f"{SHOP}/applications/second")).status_code == 404
 
 
 async def test_api_key_header_defaults_and_is_kept_lower_case(client: httpx.AsyncClient) -> None:

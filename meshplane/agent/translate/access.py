@@ -11,7 +11,8 @@ what changes with APIs, keys and applications reaches the filters as their disco
   rbac "unbound"    refuses keys of an application this cluster does not hold (deleted, even if one of the
                     same name was created since: a key names its application's uid); discovered
                     (both answered 401 by a local-reply mapper)
-  rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route
+  rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route;
+                    for token callers also one shadow policy per application, which names the caller
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
 points a filter at a service that is not there, and never lets such a request through.
@@ -57,7 +58,7 @@ from meshplane.dataplane import (
     KEY_ID_HEADER,
     PLAN_HEADER,
 )
-from meshplane.model.access import ApiKeyAuth, Cors, JwtAuth, KeyMode
+from meshplane.model.access import ApiKeyAuth, Cors, JwtAuth, JwtIssuer, KeyMode
 from meshplane.model.kinds import Operation
 
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
@@ -74,6 +75,8 @@ USER_PAYLOAD = "user"
 REVOKED_POLICY = "revoked"
 SCOPES_POLICY = "scopes"
 AUTHENTICATED_POLICY = "authenticated"
+CLIENT_POLICY_KEY = "shadow_effective_policy_id"
+"""Where the RBAC filter records which shadow policy matched: for token callers, their application's name."""
 SERVICE_TIMEOUT = "0.25s"
 JWT_CACHE_SIZE = 10_000
 """Tokens each gateway worker remembers as verified (still checked for expiry): a caller's next request
@@ -116,12 +119,13 @@ def _key_provider_name(auth: ApiKeyAuth) -> str:
     return f"apikey:{auth.header or ''}:{auth.query or ''}"
 
 
-def _user_provider_name(api: Api) -> str:
-    return f"jwt:{api.project}/{api.name}"
+def _user_provider_name(api: Api, index: int = 0) -> str:
+    """The API's requirement (any of its issuers), and the provider of its first issuer."""
+    return f"jwt:{api.project}/{api.name}" + (f"#{index}" if index else "")
 
 
-def _jwks_cluster_name(api: Api) -> str:
-    return f"jwks.{api.project}.{api.name}"
+def _jwks_cluster_name(api: Api, index: int) -> str:
+    return f"jwks.{api.project}.{api.name}" + (f".{index}" if index else "")
 
 
 @dataclass
@@ -132,6 +136,7 @@ class AccessPlan:
     entitlements: Entitlements
     now: float
     providers: dict[str, jwt_pb2.JwtProvider] = field(default_factory=dict)
+    requirements: dict[str, jwt_pb2.JwtRequirement] = field(default_factory=dict)
     clusters: list[cluster_pb2.Cluster] = field(default_factory=list)
 
     @classmethod
@@ -150,12 +155,19 @@ class AccessPlan:
         if auth.api_key is not None and auth.api_key.mode is KeyMode.SIGNED:
             jwks = self.entitlements.jwks()
             if jwks is not None:
-                self.providers.setdefault(_key_provider_name(auth.api_key), _key_provider(auth.api_key, jwks))
+                name = _key_provider_name(auth.api_key)
+                self.providers.setdefault(name, _key_provider(auth.api_key, jwks))
+                self.requirements.setdefault(name, jwt_pb2.JwtRequirement(provider_name=name))
         elif auth.jwt is not None:
-            provider, cluster = _user_provider(api, auth.jwt, self.settings.jwks_ca_file)
-            self.providers[_user_provider_name(api)] = provider
-            if cluster is not None:
-                self.clusters.append(cluster)
+            names = []
+            for index, issuer in enumerate(auth.jwt.issuers()):
+                name = _user_provider_name(api, index)
+                provider, cluster = _user_provider(api, index, issuer, auth.jwt, self.settings.jwks_ca_file)
+                self.providers[name] = provider
+                names.append(name)
+                if cluster is not None:
+                    self.clusters.append(cluster)
+            self.requirements[_user_provider_name(api)] = _any_of(names)
 
     def unavailable(self, api: Api) -> str | None:
         """Why the gateway cannot check this API's callers here (its routes then answer 503), or None."""
@@ -195,7 +207,7 @@ class AccessPlan:
         those before jwt_authn runs; a preflight-looking request elsewhere is authenticated like any other."""
         jwt = jwt_pb2.JwtAuthentication(
             providers={name: self.providers[name] for name in sorted(self.providers)},
-            requirement_map={name: jwt_pb2.JwtRequirement(provider_name=name) for name in sorted(self.providers)},
+            requirement_map={name: self.requirements[name] for name in sorted(self.requirements)},
         )
         return [
             extension_config(JWT, jwt),
@@ -259,7 +271,11 @@ class AccessPlan:
         elif auth.jwt is not None:
             per_filter[JWT].CopyFrom(packed(jwt_pb2.PerRouteConfig(requirement_name=_user_provider_name(api))))
             scopes = op.scopes if op is not None else []
-            per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, scopes) if scopes else _authenticated()))
+            if auth.jwt.require_subscription:
+                per_filter[RBAC].CopyFrom(packed(self._token_subscribers(api, auth.jwt, scopes)))
+                route.request_headers_to_add.extend([_plan_header(), _token_application_header()])
+            else:
+                per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, scopes) if scopes else _authenticated()))
 
     def _subscribers(self, api: Api) -> rbac_filter_pb2.RBACPerRoute:
         """One ALLOW policy per plan, naming the applications subscribed on it by uid (the claim a key carries
@@ -273,6 +289,31 @@ class AccessPlan:
             for plan, uids in sorted(by_plan.items())
         }
         return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rbac_pb2.RBAC(policies=policies)))
+
+    def _token_subscribers(self, api: Api, jwt: JwtAuth, scopes: list[str]) -> rbac_filter_pb2.RBACPerRoute:
+        """As `_subscribers`, for token callers: a plan's policy admits the client ids (by issuer) of the
+        applications subscribed on it, and also asks for the operation's scopes; a shadow policy per
+        application, named after it, records who the caller is (for the upstream and per-application limits)."""
+        accepted = {issuer.issuer for issuer in jwt.issuers()}
+        by_plan: dict[str, list[rbac_pb2.Principal]] = {}
+        by_application: dict[str, list[rbac_pb2.Principal]] = {}
+        for grant in self.entitlements.grants(api.project, api.name):
+            clients = self.entitlements.client_ids.get((api.project, grant.application), [])
+            known = [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
+            if known:
+                by_plan.setdefault(grant.plan, []).extend(known)
+                by_application[grant.application] = known
+        required = [_claim_has_scope(jwt.scopes_claim, scope) for scope in scopes]
+
+        def admitted(principals: list[rbac_pb2.Principal]) -> rbac_pb2.Policy:
+            caller = rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=principals))
+            if required:
+                caller = rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[caller, *required]))
+            return _anything_by([caller])
+
+        rules = rbac_pb2.RBAC(policies={plan: admitted(found) for plan, found in sorted(by_plan.items())})
+        callers = rbac_pb2.RBAC(policies={app: _anything_by(found) for app, found in sorted(by_application.items())})
+        return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules, shadow_rules=callers))
 
     def preflight_route(
         self, api: Api, match: route_components_pb2.RouteMatch, action: route_components_pb2.RouteAction
@@ -396,6 +437,29 @@ def _authenticated() -> rbac_filter_pb2.RBACPerRoute:
     return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules))
 
 
+def _client_is(jwt: JwtAuth, issuer: str, client: str) -> rbac_pb2.Principal:
+    """A token of `issuer` whose client is `client`, by any of the claims that may name it."""
+    named = [_claim_is(USER_PAYLOAD, claim, client) for claim in jwt.client_id_claims]
+    by_any = named[0] if len(named) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=named))
+    return rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[_claim_is(USER_PAYLOAD, "iss", issuer), by_any]))
+
+
+def _token_application_header() -> object:
+    """The application a token caller is: the shadow policy that matched it (see `_token_subscribers`)."""
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=APPLICATION_HEADER, value=f"%DYNAMIC_METADATA({RBAC}:{CLIENT_POLICY_KEY})%"),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def _any_of(providers: list[str]) -> jwt_pb2.JwtRequirement:
+    """A token from any one of the providers: each checks only tokens of its own issuer."""
+    if len(providers) == 1:
+        return jwt_pb2.JwtRequirement(provider_name=providers[0])
+    alternatives = [jwt_pb2.JwtRequirement(provider_name=name) for name in providers]
+    return jwt_pb2.JwtRequirement(requires_any=jwt_pb2.JwtRequirementOrList(requirements=alternatives))
+
+
 def _plan_header() -> object:
     """The plan of the caller's subscription: the name of the RBAC policy that let the request in."""
     return base_pb2.HeaderValueOption(
@@ -440,11 +504,11 @@ def _key_provider(auth: ApiKeyAuth, jwks: str) -> jwt_pb2.JwtProvider:
 
 
 def _user_provider(
-    api: Api, jwt: JwtAuth, system_ca_file: str
+    api: Api, index: int, issuer: JwtIssuer, jwt: JwtAuth, system_ca_file: str
 ) -> tuple[jwt_pb2.JwtProvider, cluster_pb2.Cluster | None]:
     provider = jwt_pb2.JwtProvider(
-        issuer=jwt.issuer,
-        audiences=jwt.audiences,
+        issuer=issuer.issuer,
+        audiences=issuer.audiences,
         forward=True,
         payload_in_metadata=USER_PAYLOAD,
         jwt_cache_config=jwt_pb2.JwtCacheConfig(jwt_cache_size=JWT_CACHE_SIZE),
@@ -452,21 +516,21 @@ def _user_provider(
             jwt_pb2.JwtHeader(name=jwt.header, value_prefix="Bearer " if jwt.header == "authorization" else "")
         ],
     )
-    if jwt.jwks is not None:
-        provider.local_jwks.inline_string = jwt.jwks
+    if issuer.jwks is not None:
+        provider.local_jwks.inline_string = issuer.jwks
         return provider, None
-    uri = str(jwt.jwks_uri)
+    uri = str(issuer.jwks_uri)
     parts = urlsplit(uri)
     tls = parts.scheme == "https"
     cluster = inline_cluster(
-        _jwks_cluster_name(api),
+        _jwks_cluster_name(api, index),
         parts.hostname or "",
         parts.port or (443 if tls else 80),
         http2=False,
         connect_timeout=duration("5s"),
     )
     if tls:
-        context = _verified_tls(parts.hostname or "", jwt.jwks_ca_certificates, system_ca_file)
+        context = _verified_tls(parts.hostname or "", issuer.jwks_ca_certificates, system_ca_file)
         cluster.transport_socket.name = "envoy.transport_sockets.tls"
         cluster.transport_socket.typed_config.CopyFrom(packed(context))
     provider.remote_jwks.CopyFrom(

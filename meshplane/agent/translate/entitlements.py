@@ -17,6 +17,7 @@ from datetime import datetime
 
 from meshplane.model.access import (
     ApplicationKeySpec,
+    ApplicationSpec,
     KeySetSpec,
     RateLimit,
     RateLimitPolicySpec,
@@ -77,6 +78,8 @@ class Limits:
 class Entitlements:
     applications: dict[tuple[str, str], str] = field(default_factory=dict)
     """(project, name) -> uid of every application this cluster holds."""
+    client_ids: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    """(project, name) -> (issuer, client id) of each token client an application is known by."""
     subscriptions: dict[tuple[str, str], list[Grant]] = field(default_factory=dict)
     """(project, api) -> active grants to applications this cluster holds."""
     all_subscriptions: list[tuple[str, str, SubscriptionSpec]] = field(default_factory=list)
@@ -93,6 +96,8 @@ class Entitlements:
             project, name, spec = resource.metadata.project or "", resource.metadata.name, resource.spec
             if resource.kind == "Application":
                 entitlements.applications[(project, name)] = resource.metadata.uid or ""
+                if isinstance(spec, ApplicationSpec) and spec.client_ids:
+                    entitlements.client_ids[(project, name)] = [(c.issuer, c.client_id) for c in spec.client_ids]
             elif isinstance(spec, SubscriptionSpec):
                 subscriptions.append((project, name, spec))
             elif isinstance(spec, RateLimitPolicySpec):

@@ -29,7 +29,7 @@ from envoy.type.metadata.v3 import metadata_pb2
 from envoy.type.v3 import percent_pb2, token_bucket_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
-from meshplane.agent.translate.access import EXT_AUTHZ, JWT, KEY_PAYLOAD, service_cluster
+from meshplane.agent.translate.access import CLIENT_POLICY_KEY, EXT_AUTHZ, JWT, KEY_PAYLOAD, RBAC, service_cluster
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
@@ -92,12 +92,16 @@ class LimitPlan:
                 operations.setdefault((op.method.value, op.path), []).append(op.rate_limit)
         auth = api.spec.authentication
         caller = None
+        qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
         if auth is not None and auth.api_key is not None:
             caller = (
                 (EXT_AUTHZ, [DESCRIPTOR_APPLICATION])
                 if auth.api_key.mode is KeyMode.OPAQUE
                 else (JWT, [KEY_PAYLOAD, "sub"])
             )
+        elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
+            caller, qualified = (RBAC, [CLIENT_POLICY_KEY]), False
+        if caller is not None:
             self.identity[api.key] = caller
         for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
             limits = ApiLimits(
@@ -108,7 +112,7 @@ class LimitPlan:
                     if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
                 },
                 applications={
-                    f"{api.project}/{app}": chosen
+                    (f"{api.project}/{app}" if qualified else app): chosen
                     for app, candidates in sorted(found.applications.items())
                     if caller is not None
                     and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
