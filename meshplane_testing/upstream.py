@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from meshplane.security.ca import KeyPair
 
 
 @contextlib.contextmanager
@@ -63,3 +67,26 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
             """Quiet: the test asserts on `seen`, not on stderr."""
 
     return Handler
+
+
+def tls_context(
+    pair: KeyPair, *, server_name: str | None = None, names_seen: list[str] | None = None
+) -> ssl.SSLContext:
+    """A server context presenting `pair`; with `server_name`, a handshake that asks for another name (or none)
+    is refused; every SNI name a client sends is appended to `names_seen`."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with tempfile.TemporaryDirectory() as scratch:
+        certificate, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
+        certificate.write_bytes(pair.certificate_pem())
+        key.write_bytes(pair.key_pem())
+        context.load_cert_chain(certificate, key)
+
+    def check(_: ssl.SSLObject, name: str | None, __: ssl.SSLContext) -> int | None:
+        if names_seen is not None:
+            names_seen.append(name or "")
+        if server_name is not None and name != server_name:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None
+
+    context.sni_callback = check
+    return context

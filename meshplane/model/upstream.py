@@ -149,7 +149,7 @@ class OutlierDetection(WireModel):
     interval: Interval = "10s"
     base_ejection_time: Interval = "30s"
     max_ejection_percent: int = Field(default=10, ge=0, le=100)
-    """At least one endpoint is ejected whatever this says."""
+    """Of the backend's endpoints; one may be ejected whatever this says."""
 
 
 class CircuitBreaker(WireModel):

@@ -96,7 +96,8 @@ def _san(kind: common_pb2.SubjectAltNameMatcher.SanType, name: str) -> common_pb
 
 
 def _health_check(check: HealthCheck, host: str | None, *, http2: bool) -> health_check_pb2.HealthCheck:
-    """An HTTP GET of the check's path in the cluster's own protocol, with the backend's name as its Host."""
+    """An HTTP GET of the check's path in the cluster's own protocol, with the backend's name as its Host, every
+    interval even while the backend takes no traffic (Envoy would otherwise wait a minute between checks)."""
     http = health_check_pb2.HealthCheck.HttpHealthCheck(
         path=check.path, codec_client_type=http_pb2.CodecClientType.HTTP2 if http2 else http_pb2.CodecClientType.HTTP1
     )
@@ -105,6 +106,7 @@ def _health_check(check: HealthCheck, host: str | None, *, http2: bool) -> healt
     return health_check_pb2.HealthCheck(
         timeout=duration(check.timeout),
         interval=duration(check.interval),
+        no_traffic_interval=duration(check.interval),
         healthy_threshold=wrappers_pb2.UInt32Value(value=check.healthy_threshold),
         unhealthy_threshold=wrappers_pb2.UInt32Value(value=check.unhealthy_threshold),
         http_health_check=http,
@@ -112,7 +114,10 @@ def _health_check(check: HealthCheck, host: str | None, *, http2: bool) -> healt
 
 
 def _outlier_detection(detection: OutlierDetection) -> outlier_detection_pb2.OutlierDetection:
+    """One endpoint may always be ejected, whatever the percentage says: a backend often has only one (with
+    every endpoint out, Envoy's panic mode sends to them all again rather than failing every request)."""
     return outlier_detection_pb2.OutlierDetection(
+        always_eject_one_host=wrappers_pb2.BoolValue(value=True),
         consecutive_5xx=wrappers_pb2.UInt32Value(value=detection.consecutive_5xx),
         interval=duration(detection.interval),
         base_ejection_time=duration(detection.base_ejection_time),
