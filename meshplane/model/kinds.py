@@ -217,6 +217,8 @@ class APISpec(WireModel):
     rate_limit: RateLimit | None = None
     """The API's own limit, for all callers together."""
     placement: Placement = Field(default_factory=Placement)
+    gateways: list[Name] = Field(default_factory=list)
+    """Gateways of the project whose listeners serve the API; empty: the cluster's default HTTP listener."""
 
     # Field validators rather than one model validator: each error then carries its field's path.
     @field_validator("backends")
