@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from meshplane.model.base import WireModel
 from meshplane.model.kinds import Hostname, Port
 from meshplane.model.meta import Name, Placement
+from meshplane.model.pem import PemCertificates
 from meshplane.model.sealed import SealedValue
-
-
-def _check_certificates(value: str) -> str:
-    try:
-        certificates = x509.load_pem_x509_certificates(value.encode())
-    except ValueError:
-        raise ValueError("is not a PEM certificate chain") from None
-    if not certificates:
-        raise ValueError("holds no certificate")
-    return value
-
-
-PemCertificates = Annotated[str, AfterValidator(_check_certificates)]
 
 
 def check_private_key(value: str) -> str:

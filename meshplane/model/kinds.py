@@ -13,6 +13,7 @@ from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.meta import Name, Placement, check_name
 from meshplane.model.upstream import (
+    BackendCredential,
     BackendTLS,
     CircuitBreaker,
     HealthCheck,
@@ -194,6 +195,7 @@ class Backend(WireModel):
     health_check: HealthCheck | None = None
     outlier_detection: OutlierDetection | None = None
     circuit_breaker: CircuitBreaker | None = None
+    credential: BackendCredential | None = None
 
 
 class APISpec(WireModel):
@@ -240,6 +242,10 @@ class APISpec(WireModel):
                 raise ValueError(f"{op.method.value} {op.path} is declared twice")
             seen.add(key)
         return operations
+
+    def certificate_refs(self) -> set[str]:
+        """The TLSCertificates its backends present (mutual TLS): they go wherever the API goes."""
+        return {b.tls.client_certificate_ref for b in self.backends if b.tls and b.tls.client_certificate_ref}
 
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""

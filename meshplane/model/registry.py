@@ -46,7 +46,8 @@ class Follows(StrEnum):
     POLICY_TARGET = "policy-target"
     """With the API it targets, or for a plan with the subscriptions on that plan (a rate-limit policy)."""
     GATEWAY_REFS = "gateway-refs"
-    """With the Gateways whose listeners name it (a certificate: no other cluster ever receives its key)."""
+    """With the Gateways whose listeners name it and the APIs whose backends present it (a certificate: no
+    other cluster ever receives its key)."""
 
 
 class Feed(StrEnum):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from cryptography import x509
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from meshplane.model.access import HeaderName
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration, duration_seconds
+from meshplane.model.meta import Name
+from meshplane.model.pem import PemCertificates
+from meshplane.model.sealed import SealedValue
 
 NO_TIMEOUT = "none"
 """A timeout that never fires: for long-lived streams (gRPC streaming, server-sent events, downloads)."""
@@ -57,16 +60,6 @@ def _check_host_header(value: str) -> str:
     return value
 
 
-def _check_certificates(pem: str) -> str:
-    try:
-        certificates = x509.load_pem_x509_certificates(pem.encode())
-    except ValueError:
-        raise ValueError("is not a bundle of PEM certificates") from None
-    if not certificates:
-        raise ValueError("holds no certificate")
-    return pem
-
-
 def retry_conditions(on: str) -> list[str]:
     """The conditions of a comma-separated `on`, in order, blanks dropped."""
     return [part.strip() for part in on.split(",") if part.strip()]
@@ -88,7 +81,6 @@ Timeout = Annotated[str, AfterValidator(_check_timeout)]
 Interval = Annotated[Duration, AfterValidator(_positive)]
 ServerName = Annotated[str, AfterValidator(_check_server_name)]
 HostHeader = Annotated[str, AfterValidator(_check_host_header)]
-CertificateBundle = Annotated[str, AfterValidator(_check_certificates)]
 RetryOn = Annotated[str, AfterValidator(_check_retry_on)]
 StatusCode = Annotated[int, Field(ge=100, le=599)]
 
@@ -126,10 +118,12 @@ class BackendTLS(WireModel):
 
     sni: ServerName | None = None
     """The server name sent (default: the backend's host, when it is a DNS name)."""
-    ca_certificates: CertificateBundle | None = None
+    ca_certificates: PemCertificates | None = None
     """PEM bundle of the CAs that sign the backend's certificate."""
     subject_alt_names: list[ServerName] = Field(default_factory=list)
     """DNS names the certificate must carry one of (default: the SNI name)."""
+    client_certificate_ref: Name | None = None
+    """A TLSCertificate of the API's project the gateway presents to the backend (mutual TLS)."""
 
 
 class HealthCheck(WireModel):
@@ -160,3 +154,36 @@ class CircuitBreaker(WireModel):
     max_pending_requests: int | None = Field(default=None, ge=1, le=1_000_000)
     max_requests: int | None = Field(default=None, ge=1, le=1_000_000)
     max_retries: int | None = Field(default=None, ge=0, le=1_000_000)
+
+
+class BasicCredential(WireModel):
+    username: str = Field(min_length=1, max_length=256, pattern=r"^[^:\r\n]+$")
+    password: SealedValue
+    """Write-only."""
+
+
+class BearerCredential(WireModel):
+    token: SealedValue
+    """Write-only."""
+
+
+class HeaderCredential(WireModel):
+    header: HeaderName = "x-api-key"
+    value: SealedValue
+    """Write-only."""
+
+
+class BackendCredential(WireModel):
+    """What the gateway presents to the backend on every request, in place of anything the caller sent in
+    that header: exactly one of HTTP basic, a bearer token, or a key in a header of its own. The secret part is
+    write-only: reads show its digest, and Envoy holds it as an SDS secret, never in its listeners or clusters."""
+
+    basic: BasicCredential | None = None
+    bearer: BearerCredential | None = None
+    api_key: HeaderCredential | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> BackendCredential:
+        if sum(kind is not None for kind in (self.basic, self.bearer, self.api_key)) != 1:
+            raise ValueError("give exactly one of basic, bearer or apiKey")
+        return self

@@ -25,7 +25,7 @@ def served_placement(placement: Placement, origin: str | None) -> Placement:
 FOLLOWED = "API"
 """The kind followers are placed with (see `Follows`)."""
 GATEWAY = "Gateway"
-"""Placed by its own placement, as an API is; certificates follow the Gateways that name them."""
+"""Placed by its own placement, as an API is; certificates follow the Gateways (and the APIs) that name them."""
 LEADING = frozenset({FOLLOWED, GATEWAY})
 """The kinds whose placement followers' placement is computed from."""
 
@@ -65,9 +65,9 @@ def followers_placement(
         out[key] = everywhere
     for key, spec in by.get(Follows.APPLICATION, {}).items():
         out[key] = out.get(("Application", project, spec.application), frozenset())
-    gateways = [(key, spec) for key, spec in by.get(None, {}).items() if key[0] == GATEWAY]
+    leaders = [(key, spec) for key, spec in by.get(None, {}).items() if key[0] in LEADING]
     for key in by.get(Follows.GATEWAY_REFS, {}):
-        naming = (placed.get(gateway, frozenset()) for gateway, g in gateways if key[2] in g.certificate_refs())
+        naming = (placed.get(leader, frozenset()) for leader, spec in leaders if key[2] in spec.certificate_refs())
         out[key] = frozenset().union(*naming)
     for key, spec in by.get(Follows.POLICY_TARGET, {}).items():
         target = spec.target

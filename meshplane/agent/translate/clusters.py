@@ -14,6 +14,7 @@ from envoy.type.v3 import http_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.common import ads_source, duration, packed, socket_address
+from meshplane.agent.translate.credentials import credential_filters
 from meshplane.config import SYSTEM_CA_FILE
 from meshplane.model.kinds import Backend, BackendProtocol
 from meshplane.model.upstream import CircuitBreaker, HealthCheck, OutlierDetection
@@ -44,7 +45,8 @@ def backend_resources(
 
 
 def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, *, http2: bool) -> None:
-    """What the backend asks of its connections: TLS, health checks, ejection and load thresholds."""
+    """What the backend asks of its connections: TLS, health checks, ejection and load thresholds, and the
+    credential its requests carry (see `credentials`)."""
     if backend.tls is not None:
         cluster.transport_socket.CopyFrom(backend_tls_socket(backend, http2=http2))
     if backend.health_check is not None:
@@ -53,6 +55,11 @@ def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, *, htt
         cluster.outlier_detection.CopyFrom(_outlier_detection(backend.outlier_detection))
     if backend.circuit_breaker is not None:
         cluster.circuit_breakers.CopyFrom(_circuit_breakers(backend.circuit_breaker))
+    if backend.credential is not None:
+        options = http_protocol_options_pb2.HttpProtocolOptions()
+        cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].Unpack(options)
+        options.http_filters.extend(credential_filters(cluster.name, backend.credential))
+        cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(packed(options))
 
 
 def server_name(backend: Backend) -> str | None:

@@ -11,6 +11,7 @@ from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
+from meshplane.agent.translate.credentials import credential_secret
 from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
@@ -88,6 +89,7 @@ def translate_apis(
     ]
     clusters = [*access.clusters, *limits.clusters()]
     endpoints = []
+    secrets = []
     for api in views:
         proxyless = proxyless_resources(api)
         if proxyless is not None:
@@ -98,10 +100,13 @@ def translate_apis(
             clusters.append(cluster)
             if assignment is not None:
                 endpoints.append(assignment)
+            if backend.credential is not None:
+                secrets.append(credential_secret(cluster.name, backend.credential))
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),
         routes=sorted(routes, key=lambda table: table.name),
         clusters=sorted(clusters, key=lambda cluster: cluster.name),
         endpoints=sorted(endpoints, key=lambda assignment: assignment.cluster_name),
         refused=refused,
+        secrets=sorted(secrets, key=lambda secret: secret.name),
     )

@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.filters.http.credential_injector.v3 import credential_injector_pb2
+from envoy.extensions.http.injected_credentials.generic.v3 import generic_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 
 from meshplane.agent.translate import EnvoyConfig, GatewaySettings, translate_apis
 from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.clusters import HTTP_PROTOCOL_OPTIONS
+from meshplane.agent.translate.credentials import CREDENTIAL_INJECTOR, UPSTREAM_CODEC
 from meshplane.config import SYSTEM_CA_FILE
 from meshplane.model.resource import InvalidObject
 from meshplane.security.ca import create_ca
@@ -240,3 +245,41 @@ def test_envoy_accepts_every_backend_and_route_setting(tmp_path: Path) -> None:
     assert {unversioned(c.name) for c in config.clusters} >= {"api.shop.orders.0", "api.shop.orders.1"}
     accepted, output = validate(tmp_path, static_bootstrap(config))
     assert accepted, output
+
+
+CREDENTIALS = [
+    ({"basic": {"username": "shop", "password": "pa:ss"}}, "authorization", "Basic c2hvcDpwYTpzcw=="),
+    ({"bearer": {"token": "t0ken"}}, "authorization", "Bearer t0ken"),
+    ({"apiKey": {"header": "x-backend-key", "value": "k3y"}}, "x-backend-key", "k3y"),
+]
+
+
+@pytest.mark.parametrize(("credential", "header", "value"), CREDENTIALS, ids=["basic", "bearer", "apiKey"])
+def test_a_credential_is_an_sds_secret_that_an_upstream_filter_of_the_cluster_injects(
+    credential: dict[str, Any], header: str, value: str
+) -> None:
+    config = translate(backends=[backend("10.0.0.1", 80, credential=credential)])
+    (cluster,) = [c for c in config.clusters if c.name.startswith("api.")]
+    (secret,) = config.secrets
+
+    assert (secret.name, secret.generic_secret.secret.inline_string) == (f"credential.{cluster.name}", value)
+    options = http_protocol_options_pb2.HttpProtocolOptions()
+    cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].Unpack(options)
+    injector_filter, codec = options.http_filters
+    assert (injector_filter.name, codec.name) == (CREDENTIAL_INJECTOR, UPSTREAM_CODEC)
+    injector = credential_injector_pb2.CredentialInjector()
+    injector_filter.typed_config.Unpack(injector)
+    generic = generic_pb2.Generic()
+    injector.credential.typed_config.Unpack(generic)
+    assert (generic.header, generic.credential.name) == (header, secret.name)
+    assert generic.credential.sds_config.HasField("ads")
+    assert injector.overwrite and not injector.allow_request_without_credential
+    for resource in (*config.clusters, *config.listeners, *config.routes):
+        assert value.encode() not in resource.SerializeToString(), resource.name
+
+
+def test_a_credential_needs_exactly_one_kind() -> None:
+    for credential in ({}, {"bearer": {"token": "a"}, "apiKey": {"value": "b"}}):
+        with pytest.raises(InvalidObject) as refused:
+            api("orders", basePath="/orders", backends=[backend("10.0.0.1", 80, credential=credential)])
+        assert [error.path for error in refused.value.errors] == ["spec.backends[0].credential"]
