@@ -58,6 +58,8 @@ from meshplane.xds.server import XdsServer, add_to_server
 log = get_logger("meshplane.agent")
 
 ACCESS_TYPES = tuple(info.type_url for info in REGISTRY.feeding(Feed.ACCESS))
+GATEWAY_TYPE = REGISTRY.get("Gateway").type_url
+CERTIFICATE_TYPE = REGISTRY.get("TLSCertificate").type_url
 
 
 def decode(type_url: str, body: bytes) -> Held:
@@ -135,7 +137,15 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_feed(apis, entitlements))
         self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
         self.key_expiry.move_to(entitlements.next_expiry(now))  # the gateways are told again then
-        config = translate_apis(resources, self.gateway_settings, entitlements, now, self.kube.services())
+        gateways = [held for held in servable.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
+        certificates = {
+            name: held.spec for name, held in servable.get(CERTIFICATE_TYPE, {}).items() if isinstance(held, Resource)
+        }
+        config = translate_apis(
+            resources, self.gateway_settings, entitlements, now, self.kube.services(), gateways, certificates
+        )
+        for gateway, problem in config.gateway_problems.items():
+            log.warning("a gateway is served in part here", gateway=gateway, problem=problem)
         return await self.publisher.publish(config)
 
     def _set_services(self, group: str, resources: Resources) -> None:

@@ -8,6 +8,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from meshplane.agent.translate.targets import BackendPolicy
 from meshplane.config import SYSTEM_CA_FILE
@@ -51,3 +52,7 @@ class EnvoyConfig:
     endpoints: list[endpoint_pb2.ClusterLoadAssignment]
     refused: dict[str, str] = field(default_factory=dict)
     """APIs left out (`project/name`), each with the reason: what they would make the gateway reach."""
+    secrets: list[secret_pb2.Secret] = field(default_factory=list)
+    """The certificates and client CAs the Gateways' listeners name, served over SDS only."""
+    gateway_problems: dict[str, str] = field(default_factory=dict)
+    """Gateways (`project/name`) with a part not served here (a certificate not held), each with why."""
