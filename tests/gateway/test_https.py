@@ -196,3 +196,22 @@ def test_a_new_certificate_is_served_without_dropping_a_connection_or_changing_t
     kept.close()
     assert fleet.stat("listener_manager.listener_modified") == modified
     assert fleet.stat("listener_manager.total_filter_chains_draining") == 0
+
+
+def test_a_gateway_naming_a_certificate_not_there_is_served_in_part_and_says_so(fleet: Fleet) -> None:
+    listeners = [https("missing", free_port(), "lost.example.com", "no-such-cert")]
+    fleet.put(documents.document("Gateway", "partial", spec={"listeners": listeners}))
+
+    def status() -> str:
+        with fleet.server.http() as http:
+            return json.dumps(http.get("/v1/projects/default/gateways/partial").json().get("status", {}))
+
+    told = eventually(lambda: "no-such-cert" in (text := status()) and text, timeout=20, what="the Gateway's status")
+    assert "served in part on this cluster" in told and "not held here" in told
+    assert fleet.curl(SHOP, "web") == (0, "200")
+
+
+def test_the_agent_keeps_its_state_to_itself(fleet: Fleet) -> None:
+    state = fleet.files / "agent-edge-1"
+    assert state.stat().st_mode & 0o077 == 0
+    assert [p.name for p in state.glob("state.db*") if p.stat().st_mode & 0o077] == []
