@@ -19,6 +19,7 @@ from envoy.config.core.v3 import base_pb2
 from opentelemetry.trace import Status, StatusCode
 
 from meshplane.agent.translate import EnvoyConfig
+from meshplane.agent.translate.gateways import SECRET_TYPE
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
@@ -31,7 +32,7 @@ LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener"
 ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-ENVOY_TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER, ROUTE)
+ENVOY_TYPE_ORDER = (SECRET_TYPE, CLUSTER, ENDPOINT, LISTENER, ROUTE)
 GATEWAYS = "gateways"
 
 Wanted = dict[str, dict[str, str]]
@@ -104,14 +105,20 @@ class GatewayPublisher(NoCallbacks):
         async with self._lock:
             clusters = _packed(config.clusters)
             endpoints = _packed(config.endpoints, "cluster_name")
+            secrets = _packed(config.secrets)
             final = {
+                SECRET_TYPE: secrets,
                 CLUSTER: clusters,
                 ENDPOINT: endpoints,
                 LISTENER: _packed(config.listeners),
                 ROUTE: _packed(config.routes),
             }
             served = {type_url: dict(self.cache.resources(GATEWAYS, type_url)) for type_url in ENVOY_TYPE_ORDER}
-            kept = {CLUSTER: {**served[CLUSTER], **clusters}, ENDPOINT: {**served[ENDPOINT], **endpoints}}
+            kept = {
+                SECRET_TYPE: {**served[SECRET_TYPE], **secrets},
+                CLUSTER: {**served[CLUSTER], **clusters},
+                ENDPOINT: {**served[ENDPOINT], **endpoints},
+            }
             steps = [{**served, **kept}, {**final, **kept}, final]
             previous = served
             outcome = await self._verdict(_versions(served))
@@ -153,8 +160,11 @@ class GatewayPublisher(NoCallbacks):
 
     def _gateway_holds(self, view: _NodeView, wanted: Wanted) -> bool:
         """An Envoy gateway asks for every listener, cluster and endpoint, but only for its own route
-        table (the others are for proxyless gRPC clients)."""
+        table (the others are for proxyless gRPC clients), and only for the secrets of listeners it holds
+        (it warms a listener until they come)."""
         for type_url, names in wanted.items():
+            if type_url == SECRET_TYPE:
+                continue
             acked = view.acked.get(type_url, {})
             for name, version in names.items():
                 if (type_url != ROUTE or name == self.route_config_name) and acked.get(name) != version:

@@ -7,7 +7,7 @@ import ipaddress
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2, protocol_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2, endpoint_pb2
-from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2
 from envoy.type.matcher.v3 import string_pb2
 from envoy.type.v3 import http_pb2
@@ -15,6 +15,7 @@ from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.agent.translate.common import ads_source, duration, packed, socket_address
 from meshplane.agent.translate.credentials import credential_filters
+from meshplane.agent.translate.gateways import certificate_secret_name
 from meshplane.config import SYSTEM_CA_FILE
 from meshplane.model.kinds import Backend, BackendProtocol
 from meshplane.model.upstream import CircuitBreaker, HealthCheck, OutlierDetection
@@ -25,30 +26,31 @@ BACKEND_CONNECT_TIMEOUT = "5s"
 
 
 def backend_resources(
-    name: str, backend: Backend
+    name: str, backend: Backend, project: str = ""
 ) -> tuple[cluster_pb2.Cluster, endpoint_pb2.ClusterLoadAssignment | None]:
     """An IP backend is an EDS cluster plus its endpoints (so a move is an endpoint update, not a new cluster);
-    a hostname backend is a STRICT_DNS cluster that Envoy keeps resolving itself, with no EDS resource."""
+    a hostname backend is a STRICT_DNS cluster that Envoy keeps resolving itself, with no EDS resource.
+    `project` is the API's, whose TLSCertificates a backend may present."""
     host = backend.host
     assert host is not None, "service backends are given a host before they are translated"
     http2 = backend.protocol is not BackendProtocol.HTTP
     connect_timeout = duration(BACKEND_CONNECT_TIMEOUT)
     if not is_ip_literal(host):
         cluster = inline_cluster(name, host, backend.port, http2=http2, connect_timeout=connect_timeout)
-        _apply_backend_policy(cluster, backend, http2=http2)
+        _apply_backend_policy(cluster, backend, project, http2=http2)
         return cluster, None
     cluster = _cluster(name, http2=http2, connect_timeout=connect_timeout)
     cluster.type = cluster_pb2.Cluster.EDS
     cluster.eds_cluster_config.eds_config.CopyFrom(ads_source())
-    _apply_backend_policy(cluster, backend, http2=http2)
+    _apply_backend_policy(cluster, backend, project, http2=http2)
     return cluster, load_assignment(name, _unbracketed(host), backend.port)
 
 
-def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, *, http2: bool) -> None:
+def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, project: str, *, http2: bool) -> None:
     """What the backend asks of its connections: TLS, health checks, ejection and load thresholds, and the
     credential its requests carry (see `credentials`)."""
     if backend.tls is not None:
-        cluster.transport_socket.CopyFrom(backend_tls_socket(backend, http2=http2))
+        cluster.transport_socket.CopyFrom(backend_tls_socket(backend, project, http2=http2))
     if backend.health_check is not None:
         cluster.health_checks.append(_health_check(backend.health_check, server_name(backend), http2=http2))
     if backend.outlier_detection is not None:
@@ -70,10 +72,12 @@ def server_name(backend: Backend) -> str | None:
     return host if host is not None and not is_ip_literal(host) else None
 
 
-def backend_tls_socket(backend: Backend, *, http2: bool) -> base_pb2.TransportSocket:
+def backend_tls_socket(backend: Backend, project: str, *, http2: bool) -> base_pb2.TransportSocket:
     """TLS to the backend, its certificate verified against the backend's CAs (or the system's) and its names
     against the subject alt names asked for, else the SNI name, else the backend's IP address. ALPN offers the
-    one protocol the cluster speaks, since gRPC servers refuse a TLS connection that negotiates none."""
+    one protocol the cluster speaks, since gRPC servers refuse a TLS connection that negotiates none. A client
+    certificate is named only, fetched over SDS (the key is in no cluster); while this agent does not hold it,
+    Envoy has none to present and the backend's handshakes fail rather than go out without it."""
     tls = backend.tls
     assert tls is not None and backend.host is not None
     validation = common_pb2.CertificateValidationContext()
@@ -95,6 +99,12 @@ def backend_tls_socket(backend: Backend, *, http2: bool) -> base_pb2.TransportSo
     )
     if sni is not None:
         context.sni = sni
+    if tls.client_certificate_ref is not None:
+        context.common_tls_context.tls_certificate_sds_secret_configs.append(
+            secret_pb2.SdsSecretConfig(
+                name=certificate_secret_name(project, tls.client_certificate_ref), sds_config=ads_source()
+            )
+        )
     return base_pb2.TransportSocket(name=TLS_TRANSPORT_SOCKET, typed_config=packed(context))
 
 

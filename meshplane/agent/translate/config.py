@@ -53,4 +53,7 @@ class EnvoyConfig:
     refused: dict[str, str] = field(default_factory=dict)
     """APIs left out (`project/name`), each with the reason: what they would make the gateway reach."""
     secrets: list[secret_pb2.Secret] = field(default_factory=list)
-    """Certificates, CAs and backend credentials the resources name, served over SDS only."""
+    """The certificates and client CAs the Gateways' listeners name, the client certificates and credentials
+    backends present: served over SDS only."""
+    gateway_problems: dict[str, str] = field(default_factory=dict)
+    """Gateways (`project/name`) with a part not served here (a certificate not held), each with why."""
