@@ -70,11 +70,19 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
 
 
 def tls_context(
-    pair: KeyPair, *, server_name: str | None = None, names_seen: list[str] | None = None
+    pair: KeyPair,
+    *,
+    server_name: str | None = None,
+    names_seen: list[str] | None = None,
+    client_ca: KeyPair | None = None,
 ) -> ssl.SSLContext:
     """A server context presenting `pair`; with `server_name`, a handshake that asks for another name (or none)
-    is refused; every SNI name a client sends is appended to `names_seen`."""
+    is refused; every SNI name a client sends is appended to `names_seen`; with `client_ca`, a client without
+    a certificate that CA signed is refused."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca.certificate_pem().decode())
     with tempfile.TemporaryDirectory() as scratch:
         certificate, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
         certificate.write_bytes(pair.certificate_pem())

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from meshplane.security.ca import create_ca, issue_server_certificate
+from meshplane.security.ca import create_ca, issue_agent_certificate, issue_server_certificate
 from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway
-from meshplane_testing.meshplane import run_agent, run_server
+from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
 from meshplane_testing.north import put
 from meshplane_testing.upstream import run_upstream, tls_context
 
@@ -32,6 +32,7 @@ SLOW = 1.2
 
 @dataclass
 class Fleet:
+    agent: AgentProcess
     envoy: EnvoyProcess
     gateway: Gateway
     rest: httpx.Client
@@ -53,6 +54,20 @@ class Fleet:
         return sum(values)
 
 
+CLIENT_CERTIFICATE = "gateway-client"
+CREDENTIALS = {
+    "cred-basic": (
+        {"basic": {"username": "shop", "password": "basic-pa55"}},
+        "authorization",
+        "Basic c2hvcDpiYXNpYy1wYTU1",
+    ),
+    "cred-bearer": ({"bearer": {"token": "bearer-t0ken"}}, "authorization", "Bearer bearer-t0ken"),
+    "cred-key": ({"apiKey": {"header": "x-backend-key", "value": "key-v4lue"}}, "x-backend-key", "key-v4lue"),
+}
+"""API -> (its backend's credential, the header the backend sees, its value there)."""
+SECRETS = ("basic-pa55", "bearer-t0ken", "key-v4lue", "c2hvcDpiYXNpYy1wYTU1")
+
+
 def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[str, Any]]:
     def one(name: str, upstream: str, spec: dict[str, Any] | None = None, **backend: Any) -> dict[str, Any]:
         return documents.api(name, backends=[documents.backend(ports[upstream], **backend)], **(spec or {}))
@@ -64,6 +79,9 @@ def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[st
         one("tls-wrong-ca", "tls-checking", tls={**tls, "caCertificates": other_ca_pem}),
         one("tls-impostor", "tls-impostor", tls=tls),
         one("tls-wrong-sni", "tls-checking", tls={**tls, "sni": "billing.internal", "subjectAltNames": [SERVER_NAME]}),
+        one("tls-mutual", "tls-mutual", tls={**tls, "clientCertificateRef": CLIENT_CERTIFICATE}),
+        one("tls-mutual-none", "tls-mutual", tls=tls),
+        *(one(api, "plain", credential=credential) for api, (credential, _, _) in CREDENTIALS.items()),
         one("host-named", "plain", host="localhost"),
         one("host-literal", "plain", hostRewrite="shop.example.com"),
         one("host-address", "plain"),
@@ -91,13 +109,15 @@ def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[st
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("backends")
-    ca, other_ca = create_ca(), create_ca()
+    ca, other_ca, client_ca = create_ca(), create_ca(), create_ca()
+    client = issue_agent_certificate(client_ca, "gateway")
     sni: list[str] = []
     upstreams = {
         "tls-checking": {
             "tls": tls_context(issue_server_certificate(ca, [SERVER_NAME]), server_name=SERVER_NAME, names_seen=sni)
         },
         "tls-impostor": {"tls": tls_context(issue_server_certificate(ca, ["impostor.internal"]))},
+        "tls-mutual": {"tls": tls_context(issue_server_certificate(ca, [SERVER_NAME]), client_ca=client_ca)},
         "plain": {},
         "unavailable": {"status": 503},
         "unavailable-counted": {"status": 503},
@@ -114,6 +134,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         envoy = stack.enter_context(run_envoy(tmp, "gw-1", agent.xds_port))
         rest = stack.enter_context(server.http())
         envoy.wait_listener(agent.gateway_port)
+        certificate = {"certificate": client.certificate_pem().decode(), "privateKey": client.key_pem().decode()}
+        put(rest, documents.document("TLSCertificate", CLIENT_CERTIFICATE, spec=certificate))
         apis = _apis(ports, ca.certificate_pem().decode(), other_ca.certificate_pem().decode())
         for doc in apis:
             put(rest, doc)
@@ -122,7 +144,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         for doc in apis:
             path = doc["spec"]["basePath"] + ("/short" if doc["metadata"]["name"] == "timeouts" else "/x")
             gateway.wait_for(path, lambda r: r.status_code != 404, timeout=30)
-        yield Fleet(envoy, gateway, rest, seen, sni)
+        yield Fleet(agent, envoy, gateway, rest, seen, sni)
 
 
 TLS_CASES = [
@@ -130,6 +152,8 @@ TLS_CASES = [
     ("wrong CA", "tls-wrong-ca", 503, "ssl.fail_verify_error"),
     ("name not in the certificate", "tls-impostor", 503, "ssl.fail_verify_san"),
     ("server name the upstream refuses", "tls-wrong-sni", 503, "ssl.connection_error"),
+    ("client certificate presented", "tls-mutual", 200, None),
+    ("no client certificate for an upstream that needs one", "tls-mutual-none", 503, "ssl.connection_error"),
 ]
 
 
@@ -139,10 +163,36 @@ def test_tls_to_the_backend(fleet: Fleet, case: str, api: str, expected: int, fa
 
     assert response.status_code == expected, (case, response.text)
     if failure is None:
-        assert response.json()["upstream"] == "tls-checking"
+        assert response.json()["upstream"] == {"tls-good": "tls-checking"}.get(api, api)
         assert fleet.sni and set(fleet.sni) >= {SERVER_NAME}
     else:
         assert fleet.stat(api, failure) >= 1, (case, failure)
+
+
+@pytest.mark.parametrize("api", sorted(CREDENTIALS))
+def test_the_backend_sees_the_injected_credential_instead_of_the_callers(fleet: Fleet, api: str) -> None:
+    _, header, value = CREDENTIALS[api]
+    response = fleet.gateway.request("GET", f"/{api}/x", {header: "the caller's own"})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["headers"][header] == value
+
+
+def test_no_read_nor_dump_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
+    project = f"/v1/projects/{documents.PROJECT}"
+    reads = {
+        "api": fleet.rest.get(f"{project}/apis/cred-basic").text,
+        "apis": fleet.rest.get(f"{project}/apis").text,
+        "certificate": fleet.rest.get(f"{project}/tlscertificates/{CLIENT_CERTIFICATE}").text,
+    }
+    _, reads["envoy"] = fleet.envoy.admin("/config_dump?include_eds")
+    with httpx.Client(timeout=5) as client:
+        reads["agent"] = client.get(f"http://127.0.0.1:{fleet.agent.admin_port}/config_dump").text
+
+    assert "cred-basic" in reads["apis"] and "cred-bearer" in reads["agent"] and "credential.api" in reads["envoy"]
+    for where, text in reads.items():
+        assert not [secret for secret in SECRETS if secret in text], where
+        assert "PRIVATE KEY" not in text, where
 
 
 HOST_CASES = [
