@@ -18,13 +18,20 @@ from meshplane.security.ca import KeyPair
 
 @contextlib.contextmanager
 def run_upstream(
-    name: str, *, delay: float = 0.0, status: int = 200, tls: ssl.SSLContext | None = None
+    name: str,
+    *,
+    delay: float = 0.0,
+    status: int = 200,
+    tls: ssl.SSLContext | None = None,
+    stream: tuple[int, float] | None = None,
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
     `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
-    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context."""
+    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context.
+    With `stream` (lines, gap), the answer is instead a chunked stream of that many lines (`line <n>`), its
+    headers at once and each line `gap` seconds after the one before."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -38,7 +45,9 @@ def run_upstream(
         thread.join(timeout=5)
 
 
-def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    name: str, seen: list[dict[str, Any]], delay: float, status: int, stream: tuple[int, float] | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body leave at once, not one delayed ACK apart
@@ -53,6 +62,9 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
             }
             seen.append(request)
             time.sleep(delay)
+            if stream is not None:
+                self._stream(*stream)
+                return
             body = json.dumps(request).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -60,6 +72,19 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
+
+        def _stream(self, lines: int, gap: float) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for index in range(lines):
+                if index:
+                    time.sleep(gap)
+                line = f"line {index}\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
 
         do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _answer
 

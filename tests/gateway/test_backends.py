@@ -28,6 +28,8 @@ pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
 SERVER_NAME = "orders.internal"
 SLOW = 1.2
 """Seconds the slow upstreams take to answer."""
+STREAM = (4, 0.7)
+"""Lines the streaming upstream sends, and seconds between two: longer than the idle timeout, 2.1 s in all."""
 
 
 @dataclass
@@ -101,6 +103,19 @@ def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[st
                 ],
             },
         ),
+        one(
+            "stream",
+            "streaming",
+            {
+                "timeout": "none",
+                "idleTimeout": "400ms",
+                "operations": [
+                    {"method": "GET", "path": "/long", "idleTimeout": "none"},
+                    {"method": "GET", "path": "/idle"},
+                    {"method": "GET", "path": "/capped", "idleTimeout": "none", "streamTimeout": "1s"},
+                ],
+            },
+        ),
         one("retry-listed", "unavailable-counted", retries=retries),
         one("retry-unlisted", "broken-counted", retries=retries),
     ]
@@ -124,6 +139,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         "broken-counted": {"status": 500},
         "slow": {"delay": SLOW},
         "slow-breaker": {"delay": SLOW},
+        "streaming": {"stream": STREAM},
     }
     with contextlib.ExitStack() as stack:
         ports, seen = {}, {}
@@ -142,7 +158,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         gateway = Gateway(agent.gateway_port)
         stack.callback(gateway.close)
         for doc in apis:
-            path = doc["spec"]["basePath"] + ("/short" if doc["metadata"]["name"] == "timeouts" else "/x")
+            operations = doc["spec"].get("operations") or [{"path": "/x"}]
+            path = doc["spec"]["basePath"] + operations[0]["path"]
             gateway.wait_for(path, lambda r: r.status_code != 404, timeout=30)
         yield Fleet(agent, envoy, gateway, rest, seen, sni)
 
@@ -265,6 +282,29 @@ def test_timeouts(fleet: Fleet, case: str, path: str, expected: int) -> None:
     assert response.status_code == expected, (case, response.text)
     if expected == 504:
         assert response.text == "upstream request timeout"
+
+
+STREAM_CASES = [
+    ("the API's idle timeout ends a quiet stream", "/stream/idle", (1, 1)),
+    ("none on the operation keeps it to its end", "/stream/long", (STREAM[0], STREAM[0])),
+    ("a stream timeout ends it however busy", "/stream/capped", (1, STREAM[0] - 1)),
+]
+"""(case, path, fewest and most lines received)."""
+
+
+@pytest.mark.parametrize(("case", "path", "lines"), STREAM_CASES, ids=[c[0] for c in STREAM_CASES])
+def test_a_long_stream(fleet: Fleet, case: str, path: str, lines: tuple[int, int]) -> None:
+    received: list[str] = []
+    with (
+        httpx.Client(base_url=str(fleet.gateway.http.base_url), timeout=10) as client,
+        client.stream("GET", path) as response,
+    ):
+        assert response.status_code == 200, case
+        with contextlib.suppress(httpx.RemoteProtocolError):  # a stream cut short ends without its last chunk
+            received.extend(response.iter_lines())
+
+    assert lines[0] <= len(received) <= lines[1], (case, received)
+    assert received == [f"line {index}" for index in range(len(received))], case
 
 
 RETRY_CASES = [
