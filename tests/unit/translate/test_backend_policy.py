@@ -1,4 +1,5 @@
-"""How the gateway calls a backend: TLS, Host, health, load thresholds, timeouts and retries, as translated."""
+"""How the gateway calls a backend, as translated: TLS and client certificates, Host, health, load thresholds,
+credentials, timeouts and retries."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import HTTP_PROTOCOL_OPTIONS
 from meshplane.agent.translate.credentials import CREDENTIAL_INJECTOR, UPSTREAM_CODEC
 from meshplane.config import SYSTEM_CA_FILE
+from meshplane.model.gateways import TLSCertificateSpec
 from meshplane.model.resource import InvalidObject
-from meshplane.security.ca import create_ca
+from meshplane.security.ca import create_ca, issue_server_certificate
 from meshplane_testing.envoy import envoy_binary, unversioned, validate
 from meshplane_testing.static_bootstrap import static_bootstrap
 from meshplane_testing.translate_factories import LOOPBACK, api, backend
@@ -283,3 +285,20 @@ def test_a_credential_needs_exactly_one_kind() -> None:
         with pytest.raises(InvalidObject) as refused:
             api("orders", basePath="/orders", backends=[backend("10.0.0.1", 80, credential=credential)])
         assert [error.path for error in refused.value.errors] == ["spec.backends[0].credential"]
+
+
+def test_a_client_certificate_is_named_in_the_cluster_and_served_as_a_secret_only_when_held() -> None:
+    pair = issue_server_certificate(create_ca(), ["gateway.internal"])
+    held = TLSCertificateSpec.model_validate(
+        {"certificate": pair.certificate_pem().decode(), "privateKey": pair.key_pem().decode()}
+    )
+    tls = {"sni": "orders.internal", "caCertificates": CA_PEM, "clientCertificateRef": "client"}
+    apis = [api("orders", basePath="/orders", backends=[backend("10.0.0.1", 8443, tls=tls)])]
+
+    config = translate_apis(apis, SETTINGS, certificates={"shop/client": held})
+    (named,) = upstream_tls(config).common_tls_context.tls_certificate_sds_secret_configs
+    assert named.name == "tls/shop/client" and named.sds_config.HasField("ads")
+    assert [secret.name for secret in config.secrets] == ["tls/shop/client"]
+    assert b"PRIVATE KEY" not in b"".join(c.SerializeToString() for c in config.clusters)
+
+    assert translate_apis(apis, SETTINGS).secrets == [], "a certificate not held here is not made up"
