@@ -5,22 +5,33 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from meshplane.security.ca import KeyPair
 
 
 @contextlib.contextmanager
 def run_upstream(
-    name: str, *, delay: float = 0.0, status: int = 200, tls: ssl.SSLContext | None = None
+    name: str,
+    *,
+    delay: float = 0.0,
+    status: int = 200,
+    tls: ssl.SSLContext | None = None,
+    stream: tuple[int, float] | None = None,
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
     `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
-    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context."""
+    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context.
+    With `stream` (lines, gap), the answer is instead a chunked stream of that many lines (`line <n>`), its
+    headers at once and each line `gap` seconds after the one before."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -34,7 +45,9 @@ def run_upstream(
         thread.join(timeout=5)
 
 
-def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    name: str, seen: list[dict[str, Any]], delay: float, status: int, stream: tuple[int, float] | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body leave at once, not one delayed ACK apart
@@ -49,6 +62,9 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
             }
             seen.append(request)
             time.sleep(delay)
+            if stream is not None:
+                self._stream(*stream)
+                return
             body = json.dumps(request).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -57,9 +73,53 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _stream(self, lines: int, gap: float) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for index in range(lines):
+                if index:
+                    time.sleep(gap)
+                line = f"line {index}\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
         do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _answer
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet: the test asserts on `seen`, not on stderr."""
 
     return Handler
+
+
+def tls_context(
+    pair: KeyPair,
+    *,
+    server_name: str | None = None,
+    names_seen: list[str] | None = None,
+    client_ca: KeyPair | None = None,
+) -> ssl.SSLContext:
+    """A server context presenting `pair`; with `server_name`, a handshake that asks for another name (or none)
+    is refused; every SNI name a client sends is appended to `names_seen`; with `client_ca`, a client without
+    a certificate that CA signed is refused."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=client_ca.certificate_pem().decode())
+    with tempfile.TemporaryDirectory() as scratch:
+        certificate, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
+        certificate.write_bytes(pair.certificate_pem())
+        key.write_bytes(pair.key_pem())
+        context.load_cert_chain(certificate, key)
+
+    def check(_: ssl.SSLObject, name: str | None, __: ssl.SSLContext) -> int | None:
+        if names_seen is not None:
+            names_seen.append(name or "")
+        if server_name is not None and name != server_name:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None
+
+    context.sni_callback = check
+    return context

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf import any_pb2, json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -24,6 +24,7 @@ from starlette.routing import Route
 from meshplane import secret_files
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
 from meshplane.agent.holdings import Holdings
+from meshplane.agent.translate.gateways import SECRET_TYPE
 from meshplane.config import AgentSettings, split_address
 from meshplane.dataplane import ENFORCER_APPLICATION_TYPE, ENFORCER_TYPES, RATELIMIT_CONFIG_TYPE
 from meshplane.model.access import readable
@@ -49,16 +50,19 @@ def gateway_dump(
                 "typeUrl": type_url,
                 "version": cache.version(group, type_url),
                 "resources": [
-                    {
-                        "name": name,
-                        "version": resource.version,
-                        "resource": json_format.MessageToDict(resource.body, preserving_proto_field_name=True),
-                    }
+                    {"name": name, "version": resource.version, **_shown(type_url, resource.body)}
                     for name, resource in sorted(resources.items())
                 ],
             }
         )
     return dump
+
+
+def _shown(type_url: str, body: any_pb2.Any) -> dict[str, Any]:
+    """A served resource as the dump shows it: a secret (a private key, a CA bundle) by its name only."""
+    if type_url == SECRET_TYPE:
+        return {}
+    return {"resource": json_format.MessageToDict(body, preserving_proto_field_name=True)}
 
 
 def _kind_of(type_url: str) -> str:

@@ -35,10 +35,14 @@ def _project(name: str) -> str | None:
 
 
 def delivery_reports(
-    reported: Mapping[tuple[str, str], str], outcome: PublishOutcome, refused: Mapping[str, str]
+    reported: Mapping[tuple[str, str], str],
+    outcome: PublishOutcome,
+    refused: Mapping[str, str],
+    in_part: Mapping[tuple[str, str], str] | None = None,
 ) -> list[control_plane_pb2.ObjectDelivery]:
     """How each (type URL, name) -> version fared: refused by this cluster (`refused`: name -> reason, for
-    APIs), else as the gateways took the whole. Rendered manifests report once applied to Kubernetes."""
+    APIs), served here in part only (`in_part`: a Gateway whose certificate is not held, with why), else as
+    the gateways took the whole. Rendered manifests report once applied to Kubernetes."""
     objects = {key: version for key, version in reported.items() if key[0] != MANIFEST_TYPE}
     one_project = len({_project(name) for _, name in objects}) <= 1
     gateways_said = outcome.message if one_project or outcome.state is not DeliveryState.FAILED else SHARED_REJECTION
@@ -46,6 +50,8 @@ def delivery_reports(
     for (type_url, name), version in objects.items():
         if type_url == API_TYPE and name in refused:
             state, message = control_plane_pb2.FAILED, f"not served on this cluster: {refused[name]}"
+        elif in_part and (type_url, name) in in_part:
+            state, message = control_plane_pb2.FAILED, f"served in part on this cluster: {in_part[type_url, name]}"
         else:
             state, message = _STATES[outcome.state], gateways_said
         entries.append(

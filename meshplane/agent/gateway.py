@@ -20,6 +20,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from meshplane.agent.translate import EnvoyConfig
 from meshplane.agent.translate.extensions import EXTENSION_CONFIG_TYPE
+from meshplane.agent.translate.gateways import SECRET_TYPE
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
@@ -33,8 +34,9 @@ ROUTE = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 CLUSTER = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 EXTENSION_CONFIG = EXTENSION_CONFIG_TYPE
-# Filter configs before routes: a new route may name a JWT requirement only the new config has.
-ENVOY_TYPE_ORDER = (CLUSTER, ENDPOINT, LISTENER, EXTENSION_CONFIG, ROUTE)
+# Secrets first (a listener or cluster naming one waits for it); filter configs before routes: a new route
+# may name a JWT requirement only the new config has.
+ENVOY_TYPE_ORDER = (SECRET_TYPE, CLUSTER, ENDPOINT, LISTENER, EXTENSION_CONFIG, ROUTE)
 GATEWAYS = "gateways"
 
 Wanted = dict[str, dict[str, str]]
@@ -112,7 +114,9 @@ class GatewayPublisher(NoCallbacks):
         async with self._lock:
             clusters = _packed(config.clusters)
             endpoints = _packed(config.endpoints, "cluster_name")
+            secrets = _packed(config.secrets)
             final = {
+                SECRET_TYPE: secrets,
                 CLUSTER: clusters,
                 ENDPOINT: endpoints,
                 LISTENER: _packed(config.listeners),
@@ -120,7 +124,11 @@ class GatewayPublisher(NoCallbacks):
                 ROUTE: _packed(config.routes),
             }
             served = {type_url: dict(self.cache.resources(GATEWAYS, type_url)) for type_url in ENVOY_TYPE_ORDER}
-            kept = {CLUSTER: {**served[CLUSTER], **clusters}, ENDPOINT: {**served[ENDPOINT], **endpoints}}
+            kept = {
+                SECRET_TYPE: {**served[SECRET_TYPE], **secrets},
+                CLUSTER: {**served[CLUSTER], **clusters},
+                ENDPOINT: {**served[ENDPOINT], **endpoints},
+            }
             steps = [{**served, **kept}, {**final, **kept}, final]
             previous = served
             outcome = await self._verdict(_versions(served))
@@ -162,8 +170,11 @@ class GatewayPublisher(NoCallbacks):
 
     def _gateway_holds(self, view: _NodeView, wanted: Wanted) -> bool:
         """An Envoy gateway asks for every listener, cluster and endpoint, but only for its own route
-        table (the others are for proxyless gRPC clients)."""
+        table (the others are for proxyless gRPC clients), and only for the secrets of listeners it holds
+        (it warms a listener until they come)."""
         for type_url, names in wanted.items():
+            if type_url == SECRET_TYPE:
+                continue
             acked = view.acked.get(type_url, {})
             for name, version in names.items():
                 if (type_url != ROUTE or name == self.route_config_name) and acked.get(name) != version:

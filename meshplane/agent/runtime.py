@@ -58,6 +58,8 @@ from meshplane.xds.server import XdsServer, add_to_server
 log = get_logger("meshplane.agent")
 
 ACCESS_TYPES = tuple(info.type_url for info in REGISTRY.feeding(Feed.ACCESS))
+GATEWAY_TYPE = REGISTRY.get("Gateway").type_url
+CERTIFICATE_TYPE = REGISTRY.get("TLSCertificate").type_url
 
 
 def decode(type_url: str, body: bytes) -> Held:
@@ -105,6 +107,9 @@ class Agent:
         self._local_changes: dict[tuple[str, str], str | None] = {}
         self._local_changed = asyncio.Event()
         self._rebuilding = asyncio.Lock()
+        self._gateway_problems: dict[str, str] = {}
+        """What the last translation could not serve of each Gateway (see `translate.gateways`)."""
+        self._reported_problems: dict[str, str] = {}
 
     def holdings(self) -> Holdings:
         """What this agent holds, serves and rejected, now."""
@@ -135,8 +140,27 @@ class Agent:
         self._set_services(ENFORCERS, enforcer_feed(apis, entitlements))
         self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
         self.key_expiry.move_to(entitlements.next_expiry(now))  # the gateways are told again then
-        config = translate_apis(resources, self.gateway_settings, entitlements, now, self.kube.services())
+        gateways = [held for held in servable.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
+        certificates = {
+            name: held.spec for name, held in servable.get(CERTIFICATE_TYPE, {}).items() if isinstance(held, Resource)
+        }
+        config = translate_apis(
+            resources, self.gateway_settings, entitlements, now, self.kube.services(), gateways, certificates
+        )
+        for gateway, problem in config.gateway_problems.items():
+            log.warning("a gateway is served in part here", gateway=gateway, problem=problem)
+        self._gateway_problems = config.gateway_problems
         return await self.publisher.publish(config)
+
+    def _gateway_problems_changed(self, problems: Mapping[str, str]) -> dict[tuple[str, str], str]:
+        """Held Gateways whose part not served here began, ended or changed since last reported."""
+        versions = self.state.versions(GATEWAY_TYPE)
+        names = {
+            name
+            for name in {*problems, *self._reported_problems}
+            if problems.get(name) != self._reported_problems.get(name)
+        }
+        return {(GATEWAY_TYPE, name): versions[name] for name in sorted(names) if name in versions}
 
     def _set_services(self, group: str, resources: Resources) -> None:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
@@ -153,6 +177,7 @@ class Agent:
         async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
             offer = first = self.holdings().offer(self._refusals)
             outcome = await self._publish(offer.objects)
+            problems = self._gateway_problems
             if outcome.state is DeliveryState.FAILED and changed:
                 log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
                 for (type_url, name), version in first.rejected_by(changed).items():
@@ -162,10 +187,16 @@ class Agent:
             if outcome.state is not DeliveryState.FAILED or changed:
                 self.serving = offer.objects
             refused = first.refused
-            reported = {**self.holdings().refusals_changed(refused), **(changed if report and changed else {})}
+            reported = {
+                **self.holdings().refusals_changed(refused),
+                **self._gateway_problems_changed(problems),
+                **(changed if report and changed else {}),
+            }
+            self._reported_problems = problems
             await self.state.keep_refused(refused)
             if reported:
-                await self.reporter.report_status(delivery_reports(reported, outcome, refused))
+                in_part = {(GATEWAY_TYPE, name): problem for name, problem in problems.items()}
+                await self.reporter.report_status(delivery_reports(reported, outcome, refused, in_part))
         self.kube.trigger()
 
     def kube_desired(self) -> dict[ObjectKey, DesiredObject]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class LocalState:
 
     @classmethod
     async def open(cls, state_dir: Path) -> LocalState:
-        await asyncio.to_thread(state_dir.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(_private_file, state_dir / "state.db")
         db = await aiosqlite.connect(state_dir / "state.db")
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
@@ -151,3 +152,14 @@ class LocalState:
     async def drop_report(self, seq: int) -> None:
         await self._db.execute("DELETE FROM reports WHERE seq = ?", (seq,))
         await self._db.commit()
+
+
+def _private_file(path: Path) -> None:
+    """The state holds delivered private keys: its directory and file are the agent user's alone (SQLite
+    gives its journal files the database file's mode)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for file in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        if file.exists():
+            file.chmod(0o600)

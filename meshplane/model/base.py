@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
@@ -19,6 +21,7 @@ class WireModel(BaseModel):
         frozen=True,
     )
 
-    def to_wire(self) -> dict:
-        """The JSON-ready form, as users write it: camelCase, no unset optionals."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+    def to_wire(self, context: dict[str, Any] | None = None) -> dict:
+        """The JSON-ready form, as users write it: camelCase, no unset optionals. `context`: what the parts
+        that serialize by who asks read (see `model.sealed`)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, context=context)

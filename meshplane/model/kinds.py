@@ -11,8 +11,17 @@ from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator
 
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
-from meshplane.model.durations import Duration
 from meshplane.model.meta import Name, Placement, check_name
+from meshplane.model.upstream import (
+    BackendCredential,
+    BackendTLS,
+    CircuitBreaker,
+    HealthCheck,
+    HostHeader,
+    OutlierDetection,
+    RetryPolicy,
+    Timeout,
+)
 
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
 _PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
@@ -150,18 +159,20 @@ class Operation(WireModel):
     scopes: list[Scope] = Field(default_factory=list)
     """Every one of these must be in the caller's token (needs `authentication.jwt`)."""
     rate_limit: RateLimit | None = None
+    timeout: Timeout | None = None
+    """The whole request, until the last byte of the answer; `none`: no limit. Default: the API's."""
+    idle_timeout: Timeout | None = None
+    """Nothing sent either way for this long ends the request; `none`: never. Default: the API's."""
+    stream_timeout: Timeout | None = None
+    """The longest a request may last, whatever flows; `none`: no limit. Default: the API's."""
+    retries: RetryPolicy | None = None
+    """Default: the API's."""
 
 
 class BackendProtocol(StrEnum):
     HTTP = "http"
     HTTP2 = "http2"
     GRPC = "grpc"
-
-
-class RetryPolicy(WireModel):
-    attempts: int = Field(ge=1, le=10)
-    per_try_timeout: Duration | None = None
-    on: str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
 
 
 class Backend(WireModel):
@@ -175,8 +186,16 @@ class Backend(WireModel):
     protocol: BackendProtocol = BackendProtocol.HTTP
     base_path: BasePath = "/"
     weight: int = Field(default=100, ge=0, le=1_000_000)
-    timeout: Duration | None = None
+    timeout: Timeout | None = None
     retries: RetryPolicy | None = None
+    tls: BackendTLS | None = None
+    """Call the backend over TLS; absent: plain text."""
+    host_rewrite: HostHeader | None = None
+    """The `Host` the backend is sent. Default: the backend's host when it is a DNS name, else the caller's."""
+    health_check: HealthCheck | None = None
+    outlier_detection: OutlierDetection | None = None
+    circuit_breaker: CircuitBreaker | None = None
+    credential: BackendCredential | None = None
 
 
 class APISpec(WireModel):
@@ -187,12 +206,21 @@ class APISpec(WireModel):
     hostnames: list[Hostname] = Field(default_factory=lambda: ["*"], min_length=1)
     operations: list[Operation] = Field(default_factory=list)
     backends: list[Backend] = Field(min_length=1)
-    timeout: Duration | None = None
+    timeout: Timeout | None = None
+    """The whole request, until the last byte of the answer; `none`: no limit (Envoy's default: 15s)."""
+    idle_timeout: Timeout | None = None
+    """Nothing sent either way for this long ends the request; `none`: never (default: the listener's, 5m)."""
+    stream_timeout: Timeout | None = None
+    """The longest a request may last, whatever flows; `none`: no limit (the default)."""
+    retries: RetryPolicy | None = None
+    """Retries of every operation that has none of its own."""
     authentication: Authentication | None = None
     cors: Cors | None = None
     rate_limit: RateLimit | None = None
     """The API's own limit, for all callers together."""
     placement: Placement = Field(default_factory=Placement)
+    gateways: list[Name] = Field(default_factory=list)
+    """Gateways of the project whose listeners serve the API; empty: the cluster's default HTTP listener."""
 
     # Field validators rather than one model validator: each error then carries its field's path.
     @field_validator("backends")
@@ -215,6 +243,10 @@ class APISpec(WireModel):
             seen.add(key)
         return operations
 
+    def certificate_refs(self) -> set[str]:
+        """The TLSCertificates its backends present (mutual TLS): they go wherever the API goes."""
+        return {b.tls.client_certificate_ref for b in self.backends if b.tls and b.tls.client_certificate_ref}
+
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""
         jwt = self.authentication is not None and self.authentication.jwt is not None
@@ -234,6 +266,9 @@ class APISpec(WireModel):
                 problems.append((f"backends[{index}].host", "a backend needs a host or a service"))
             elif backend.host is not None and backend.service is not None:
                 problems.append((f"backends[{index}].service", "a backend has a host or a service, not both"))
+            tls = backend.tls
+            if tls is not None and backend.service is not None and tls.sni is None and not tls.subject_alt_names:
+                problems.append((f"backends[{index}].tls.sni", "a service backend over TLS needs the name to verify"))
         return problems
 
 

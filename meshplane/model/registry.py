@@ -19,6 +19,7 @@ from meshplane.model.access import (
     SubscriptionSpec,
 )
 from meshplane.model.base import WireModel
+from meshplane.model.gateways import GatewaySpec, TLSCertificateSpec
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, CertificateRevocationSpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
@@ -44,6 +45,9 @@ class Follows(StrEnum):
     """With the application its spec names (a key record)."""
     POLICY_TARGET = "policy-target"
     """With the API it targets, or for a plan with the subscriptions on that plan (a rate-limit policy)."""
+    GATEWAY_REFS = "gateway-refs"
+    """With the Gateways whose listeners name it and the APIs whose backends present it (a certificate: no
+    other cluster ever receives its key)."""
 
 
 class Feed(StrEnum):
@@ -289,6 +293,25 @@ REGISTRY = KindRegistry(
             APISpec,
             message=resources_pb2.API,
             cluster_made=True,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.ROUTES}),
+        ),
+        KindInfo(
+            "TLSCertificate",
+            "tlscertificates",
+            Scope.PROJECT,
+            TLSCertificateSpec,
+            message=resources_pb2.TLSCertificate,
+            follows=Follows.GATEWAY_REFS,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.ROUTES}),
+        ),
+        KindInfo(
+            "Gateway",
+            "gateways",
+            Scope.PROJECT,
+            GatewaySpec,
+            message=resources_pb2.Gateway,
             writers=_PUBLISHER,
             feeds=frozenset({Feed.ROUTES}),
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
@@ -15,13 +17,14 @@ def resource_name(project: str | None, name: str) -> str:
     return f"{project}/{name}" if project else name
 
 
-def to_message(info: KindInfo, resource: Resource) -> Message:
-    """The delivered form of an object: its identity, labels and validated spec; no status."""
+def to_message(info: KindInfo, resource: Resource, context: dict[str, Any] | None = None) -> Message:
+    """The delivered form of an object: its identity, labels and validated spec; no status. `context`: how
+    the spec is serialized (see `model.sealed`)."""
     if info.message is None:
         raise ValueError(f"{info.kind} is not delivered to clusters")
     meta = resource.metadata
     spec = struct_pb2.Struct()
-    spec.update(resource.spec.to_wire())
+    spec.update(resource.spec.to_wire(context))
     return info.message(
         metadata=resources_pb2.ObjectMeta(
             name=meta.name,

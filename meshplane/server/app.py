@@ -22,6 +22,7 @@ from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
 from meshplane.server.projection import FleetProjection
 from meshplane.server.revocations import revocations_router
+from meshplane.server.sealing import Sealer
 from meshplane.server.signing import SigningKeys
 from meshplane.server.watch import watch_router
 from meshplane.store.store import Store
@@ -38,6 +39,7 @@ def create_app(
     signing: SigningKeys | None = None,
     projection: FleetProjection | None = None,
     revocations: bool = False,
+    sealer: Sealer | None = None,
 ) -> FastAPI:
     """The north API. The server process always passes an authenticator; without one (in-process tests)
     every caller is an admin. The application keys' endpoints need the signing keys, what a cluster receives
@@ -86,7 +88,7 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    install_object_routes(app, ObjectService(store, api_lookup))
+    install_object_routes(app, ObjectService(store, api_lookup, sealer))
     app.include_router(watch_router(store))
     app.include_router(tokens_router(tokens or TokenService(store)))
     if projection is not None:

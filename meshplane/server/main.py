@@ -44,6 +44,7 @@ from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
+from meshplane.server.sealing import FileDataKey, Sealer
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
 from meshplane.store.errors import AlreadyExists
@@ -216,8 +217,9 @@ async def run_server(
     tokens = TokenService(store)
     configured = settings.admin_token.get_secret_value() if settings.admin_token else None
     await tokens.bootstrap(settings.data_dir / "admin-token", configured)
+    sealer = Sealer(FileDataKey(settings.data_dir / "sealing" / "data-key"))
     cache = ResourceCache()
-    projection = FleetProjection(cache)
+    projection = FleetProjection(cache, sealer.open)
     revoked = RevokedCertificates()
     feeder = ProjectionFeeder(store, projection, ManifestProjection(cache, settings.trust_domain), revoked=revoked)
     clusters = ClusterRegistry(store)
@@ -245,7 +247,7 @@ async def run_server(
     )
     api_lookup = current_api_lookup(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup)), grpc_server
+        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup, sealer)), grpc_server
     )
 
     app = create_app(
@@ -259,6 +261,7 @@ async def run_server(
         signing=signing,
         projection=projection,
         revocations=True,
+        sealer=sealer,
     )
     http = HttpServer(
         app,

@@ -16,6 +16,7 @@ from opentelemetry.trace import Span
 from meshplane.model.meta import LabelSelector, Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import FieldError, InvalidObject, Resource
+from meshplane.model.sealed import sealed_values
 from meshplane.model.stored import StoredObject, to_resource
 from meshplane.observability.tracing import current_carrier, tracer
 from meshplane.server.access_checks import ApiLookup, check_access, collides_with_access_checks
@@ -29,7 +30,9 @@ from meshplane.server.references import (
     referenced,
     refuse_referenced,
 )
+from meshplane.server.sealing import STORED, Sealer
 from meshplane.server.service_endpoints import rehome
+from meshplane.server.tls_checks import check_certificate_dates
 from meshplane.store.batch import Fence
 from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
 from meshplane.store.store import Store
@@ -71,7 +74,7 @@ def _written(resource: Resource, project: str | None) -> dict[str, Any]:
     meta = resource.metadata
     within = (("Project", "", project),) if project is not None else ()
     return {
-        "spec": resource.spec.to_wire(),
+        "spec": resource.spec.to_wire(context=STORED),
         "labels": meta.labels,
         "annotations": meta.annotations,
         "origin": meta.origin,
@@ -145,10 +148,26 @@ async def fenced(
 
 
 class ObjectService:
-    def __init__(self, store: Store, api_lookup: ApiLookup | None = None):
+    def __init__(self, store: Store, api_lookup: ApiLookup | None = None, sealer: Sealer | None = None):
         self.store = store
         self.api_lookup = api_lookup
+        self.sealer = sealer
+        """Seals write-only fields; without one, a write that carries such a value is refused."""
         self.continue_tokens = ContinueTokens(store)
+
+    async def _sealed(self, info: KindInfo, resource: Resource) -> Resource:
+        """`resource` with its write-only values encrypted (or, given back as their digest, kept as stored)."""
+        if not any(True for _ in sealed_values(resource.spec)):
+            return resource
+        if self.sealer is None:
+            raise Problem(503, f"{info.kind}: this server has no data key to seal write-only fields with")
+        meta = resource.metadata
+        key = (info.kind, meta.project or "", meta.name)
+        try:
+            previous = info.spec.model_validate((await self.store.get(*key)).spec)
+        except NotFound:
+            previous = None
+        return resource.model_copy(update={"spec": self.sealer.seal(key, resource.spec, previous)})
 
     async def require_project(self, project: str) -> None:
         try:
@@ -206,6 +225,7 @@ class ObjectService:
             )
         if errors:
             raise InvalidObject(errors)
+        check_certificate_dates(resource)
         return resource
 
     async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
@@ -225,7 +245,7 @@ class ObjectService:
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
             async with self._project_first(project):
-                resource = self.validate(info, project, None, doc)
+                resource = await self._sealed(info, self.validate(info, project, None, doc))
                 meta = resource.metadata
                 span.set_attribute("meshplane.name", meta.name)
 
@@ -276,7 +296,7 @@ class ObjectService:
         origin: str | None,
         take_over: bool = False,
     ) -> tuple[Resource, bool]:
-        resource = self.validate(info, project, name, doc, origin)
+        resource = await self._sealed(info, self.validate(info, project, name, doc, origin))
         meta = resource.metadata
         expected = parse_revision(if_match, "If-Match")
         if expected is None:

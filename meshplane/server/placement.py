@@ -24,6 +24,10 @@ def served_placement(placement: Placement, origin: str | None) -> Placement:
 
 FOLLOWED = "API"
 """The kind followers are placed with (see `Follows`)."""
+GATEWAY = "Gateway"
+"""Placed by its own placement, as an API is; certificates follow the Gateways (and the APIs) that name them."""
+LEADING = frozenset({FOLLOWED, GATEWAY})
+"""The kinds whose placement followers' placement is computed from."""
 
 
 def follows(kind: str) -> bool:
@@ -61,6 +65,10 @@ def followers_placement(
         out[key] = everywhere
     for key, spec in by.get(Follows.APPLICATION, {}).items():
         out[key] = out.get(("Application", project, spec.application), frozenset())
+    leaders = [(key, spec) for key, spec in by.get(None, {}).items() if key[0] in LEADING]
+    for key in by.get(Follows.GATEWAY_REFS, {}):
+        naming = (placed.get(leader, frozenset()) for leader, spec in leaders if key[2] in spec.certificate_refs())
+        out[key] = frozenset().union(*naming)
     for key, spec in by.get(Follows.POLICY_TARGET, {}).items():
         target = spec.target
         if target.kind.value != "SubscriptionPlan":

@@ -7,7 +7,7 @@ every cluster it is placed on, and the xDS cache is updated only where something
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -18,11 +18,19 @@ from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.registry import REGISTRY, KindInfo
 from meshplane.model.resource import Resource
+from meshplane.model.sealed import REVEAL, Reveal, sealed_values
 from meshplane.model.stored import ObjectKey, StoredObject, to_resource
 from meshplane.model.wire import resource_name, to_message
 from meshplane.observability.logging import get_logger
 from meshplane.server.api_conflicts import route_bucket
-from meshplane.server.placement import FOLLOWED, followers_placement, follows, placed_clusters, served_placement
+from meshplane.server.placement import (
+    FOLLOWED,
+    LEADING,
+    followers_placement,
+    follows,
+    placed_clusters,
+    served_placement,
+)
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.resource import VersionedResource, pack
 
@@ -48,11 +56,21 @@ def placement_of(resource: Resource) -> Placement:
     return served_placement(asked, resource.metadata.origin)
 
 
-def deliver(info: KindInfo, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject:
+Unseal = Callable[[ObjectKey, BaseModel], BaseModel]
+"""Opens a spec's write-only values (see `server.sealing`), to be delivered; raises ValueError if it cannot."""
+
+
+def deliver(
+    info: KindInfo, stored: StoredObject, trace: Mapping[str, str] | None = None, unseal: Unseal | None = None
+) -> DeliveredObject:
     """Validate and pack a stored object once, for every cluster that will receive it; `trace` is the
-    context of the write that made this version, which its pushes will join."""
+    context of the write that made this version, which its pushes will join. Its write-only values are
+    delivered as they were written, opened by `unseal` (without one, none is delivered)."""
     resource = to_resource(info, stored)
-    packed = pack(resource_name(stored.project, stored.name), to_message(info, resource), trace)
+    if unseal is not None and any(True for _ in sealed_values(resource.spec)):
+        resource = resource.model_copy(update={"spec": unseal(stored.key, resource.spec)})
+    message = to_message(info, resource, {REVEAL: Reveal.DELIVERED})
+    packed = pack(resource_name(stored.project, stored.name), message, trace)
     return DeliveredObject(info, packed, placement_of(resource), resource.spec, stored.revision, stored.updated_at)
 
 
@@ -64,8 +82,9 @@ def _placed_with(before: frozenset[str], cluster: str, selected: bool) -> frozen
 
 
 class FleetProjection:
-    def __init__(self, cache: ResourceCache):
+    def __init__(self, cache: ResourceCache, unseal: Unseal | None = None):
         self.cache = cache
+        self.unseal = unseal
         self.clusters: dict[str, dict[str, str]] = {}
         self.objects: dict[ObjectKey, DeliveredObject] = {}
         self.placed: dict[ObjectKey, frozenset[str]] = {}
@@ -91,7 +110,7 @@ class FleetProjection:
         if key[0] == FOLLOWED:
             self._index_routes(key, present)
         follower = follows(key[0])
-        if not follower and key[0] != FOLLOWED:
+        if not follower and key[0] not in LEADING:
             return
         related = self._related.setdefault(key[1], set())
         if present == (key in related):
@@ -256,8 +275,7 @@ class FleetProjection:
     def _placement(self, obj: DeliveredObject) -> frozenset[str]:
         return placed_clusters(obj.placement, self.clusters)
 
-    @staticmethod
-    def _deliver(stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
+    def _deliver(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
         info = REGISTRY.get(stored.kind)
         if not info.delivered or stored.deleted:
             return None
@@ -266,7 +284,7 @@ class FleetProjection:
             log.error("a cluster made an object of a kind clusters do not make; not delivered", kind=stored.kind)
             return None
         try:
-            return deliver(info, stored, trace)
+            return deliver(info, stored, trace, self.unseal)
         except ValueError as exc:
             log.error("stored object no longer validates; not delivered", kind=stored.kind, error=str(exc))
             return None

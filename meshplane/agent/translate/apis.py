@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from meshplane.model.kinds import APISpec, Backend
 from meshplane.model.resource import Resource
 
+ROUTE_FIELDS = frozenset({"weight", "base_path", "timeout", "retries", "host_rewrite"})
+"""The fields of a backend that its routes carry, not its Envoy cluster."""
+
 
 @dataclass(frozen=True)
 class Api:
@@ -51,7 +54,7 @@ class Api:
 
 
 def upstream_digest(backend: Backend) -> str:
-    """8 hex digits naming where a backend's requests go and how (not its share of them or its path: the
-    routes hold those)."""
-    upstream = backend.model_dump(mode="json", exclude={"weight", "base_path"})
+    """8 hex digits naming where a backend's requests go and how (not its share of them, its path, its
+    timeouts, retries or Host: the routes hold those)."""
+    upstream = backend.model_dump(mode="json", exclude=ROUTE_FIELDS)
     return hashlib.sha256(json.dumps(upstream, sort_keys=True).encode()).hexdigest()[:8]

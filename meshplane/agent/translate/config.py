@@ -9,6 +9,7 @@ from envoy.config.core.v3 import extension_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from meshplane.agent.translate.targets import BackendPolicy
 from meshplane.config import SYSTEM_CA_FILE
@@ -55,3 +56,8 @@ class EnvoyConfig:
     extension_configs: list[extension_pb2.TypedExtensionConfig] = field(default_factory=list)
     """The configs of the gateway's discovered filters (ECDS): what changes with the catalog, kept out of the
     listener."""
+    secrets: list[secret_pb2.Secret] = field(default_factory=list)
+    """The certificates and client CAs the Gateways' listeners name, the client certificates and credentials
+    backends present: served over SDS only."""
+    gateway_problems: dict[str, str] = field(default_factory=dict)
+    """Gateways (`project/name`) with a part not served here (a certificate not held), each with why."""

@@ -20,14 +20,15 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import is_ip_literal
-from meshplane.agent.translate.common import ads_source, duration, packed
+from meshplane.agent.translate.common import ads_source, packed
 from meshplane.agent.translate.listener import router_filter
 from meshplane.agent.translate.paths import base_rewrite, grpc_route_match
+from meshplane.agent.translate.route_policy import route_timeout
 from meshplane.agent.translate.routes import cluster_action, route_name
 from meshplane.model.kinds import Backend, BackendProtocol, HttpMethod
 from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
+from meshplane.model.upstream import GRPC_RETRY_ON, retry_conditions
 
-GRPC_RETRY_ON = frozenset({"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"})
 """The retry conditions gRPC's xDS client understands (status codes); it ignores Envoy's others."""
 
 
@@ -85,9 +86,9 @@ def _action(api: Api, backends: Sequence[tuple[int, Backend]]) -> route_componen
     first = backends[0][1]
     timeout = first.timeout or api.spec.timeout
     if timeout is not None:
-        action.max_stream_duration.max_stream_duration.CopyFrom(duration(timeout))
+        action.max_stream_duration.max_stream_duration.CopyFrom(route_timeout(timeout))
     if first.retries is not None:
-        codes = [code for code in (part.strip() for part in first.retries.on.split(",")) if code in GRPC_RETRY_ON]
+        codes = [code for code in retry_conditions(first.retries.on) if code in GRPC_RETRY_ON]
         if codes:
             action.retry_policy.retry_on = ",".join(codes)
             action.retry_policy.num_retries.value = first.retries.attempts

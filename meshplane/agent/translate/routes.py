@@ -19,9 +19,9 @@ from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import wrappers_pb2
 
 from meshplane.agent.translate.apis import Api
-from meshplane.agent.translate.common import duration
 from meshplane.agent.translate.hosts import group_domains
 from meshplane.agent.translate.paths import base_rewrite, route_match
+from meshplane.agent.translate.route_policy import apply_host_rewrite, apply_route_policy
 from meshplane.model.kinds import Backend, Operation
 from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 
@@ -113,6 +113,7 @@ def _route(
         route.direct_response.body.inline_string = f"{api.unavailable}\n"
     else:
         route.route.CopyFrom(action)
+        apply_route_policy(api, op, route.route)
     return key, route
 
 
@@ -123,22 +124,14 @@ def route_name(api: Api, op: Operation | None) -> str:
 
 
 def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
-    """Where an API's requests go. The rewrite uses the basePath all backends share; timeout and retries
-    come from the first serving backend, since Envoy applies them per route, before the weighted pick."""
+    """Where an API's requests go, and the Host they carry there. The rewrite uses the basePath all backends
+    share; each route adds its timeouts and retries (see `route_policy`)."""
     serving = api.serving()
-    first = serving[0][1]
     action = cluster_action(api, serving)
-    rewrite = base_rewrite(base, first.base_path)
+    rewrite = base_rewrite(base, serving[0][1].base_path)
     if rewrite is not None:
         action.regex_rewrite.CopyFrom(rewrite)
-    timeout = first.timeout or api.spec.timeout
-    if timeout is not None:
-        action.timeout.CopyFrom(duration(timeout))
-    if first.retries is not None:
-        action.retry_policy.retry_on = first.retries.on
-        action.retry_policy.num_retries.value = first.retries.attempts
-        if first.retries.per_try_timeout is not None:
-            action.retry_policy.per_try_timeout.CopyFrom(duration(first.retries.per_try_timeout))
+    apply_host_rewrite(serving, action)
     return action
 
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 
-from envoy.config.route.v3 import route_components_pb2
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_components_pb2, route_pb2
 
 from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
+from meshplane.agent.translate.credentials import credential_secret
 from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.gateways import certificate_secret, gateway_resources
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
 from meshplane.agent.translate.targets import api_refusal
+from meshplane.model.gateways import TLSCertificateSpec
 from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
 
@@ -53,6 +57,8 @@ def translate_apis(
     entitlements: Entitlements | None = None,
     now: float | None = None,
     services: LocalServices | None = None,
+    gateways: Iterable[Resource] = (),
+    certificates: Mapping[str, TLSCertificateSpec] | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, discovered filter configs, clusters and EDS endpoints for a set of
     validated API resources,
@@ -62,6 +68,8 @@ def translate_apis(
     `services` are the cluster's Kubernetes services, when known, for the backends that name one (see
     `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
+    An API that names `gateways` is served on their listeners (see `gateways`, with `certificates` by
+    `project/name`) instead of the default one.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     The gateway's listener depends on `settings` alone: what changes with the catalog is in the route table and
@@ -83,20 +91,38 @@ def translate_apis(
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
 
-    listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
-    routes = [route_configuration(settings.route_config_name, views, decorate, access.preflight_route)]
+    filters = [*access.filters(), *limits.filters()]
+
+    def listener_for(listener_settings: GatewaySettings) -> listener_pb2.Listener:
+        return gateway_listener(listener_settings, filters, access.local_reply())
+
+    def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
+        return route_configuration(name, served, decorate, access.preflight_route)
+
+    listeners = [listener_for(settings)]
+    routes = [routes_for(settings.route_config_name, [api for api in views if not api.spec.gateways])]
+    named = gateway_resources(gateways, certificates or {}, views, settings, listener_for, routes_for)
+    listeners.extend(named.listeners)
+    routes.extend(named.routes)
     clusters = [*access.clusters, *limits.clusters()]
     endpoints = []
+    secrets = []
     for api in views:
         proxyless = proxyless_resources(api)
         if proxyless is not None:
             listeners.append(proxyless[0])
             routes.append(proxyless[1])
         for index, backend in api.serving():
-            cluster, assignment = backend_resources(api.cluster_name(index), backend)
+            cluster, assignment = backend_resources(api.cluster_name(index), backend, api.project)
             clusters.append(cluster)
             if assignment is not None:
                 endpoints.append(assignment)
+            if backend.credential is not None:
+                secrets.append(credential_secret(cluster.name, backend.credential))
+            ref = backend.tls.client_certificate_ref if backend.tls is not None else None
+            held = (certificates or {}).get(f"{api.project}/{ref}") if ref is not None else None
+            if ref is not None and held is not None and (secret := certificate_secret(api.project, ref, held)):
+                secrets.append(secret)
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),
         routes=sorted(routes, key=lambda table: table.name),
@@ -104,4 +130,6 @@ def translate_apis(
         endpoints=sorted(endpoints, key=lambda assignment: assignment.cluster_name),
         refused=refused,
         extension_configs=[*access.extension_configs(), *limits.extension_configs()],
+        secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
+        gateway_problems=named.problems,
     )

@@ -28,6 +28,7 @@ def test_each_follower_follows_the_apis_as_its_kind_does() -> None:
         "Subscription": Follows.NAMED_API,
         "RateLimitPolicy": Follows.POLICY_TARGET,
         "ApplicationKey": Follows.APPLICATION,
+        "TLSCertificate": Follows.GATEWAY_REFS,
     }
 
 

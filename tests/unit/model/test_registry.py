@@ -68,6 +68,8 @@ def test_only_delivered_kinds_have_a_type_url() -> None:
     assert REGISTRY.by_type_url(api.type_url) is api
     assert [info.kind for info in REGISTRY.delivered()] == [
         "API",
+        "TLSCertificate",
+        "Gateway",
         "Application",
         "Subscription",
         "RateLimitPolicy",
