@@ -78,13 +78,14 @@ def served_by(api: Api, project: str, gateway: str) -> bool:
 
 def gateway_resources(
     gateways: Iterable[Resource],
-    certificates: Mapping[str, CertificateSpec],
+    certificates: Mapping[str, CertificateSpec | str],
     apis: Sequence[Api],
     settings: GatewaySettings,
     build_listener: ListenerBuilder,
     build_routes: RoutesBuilder,
 ) -> GatewayResources:
-    """Everything the Gateways held here make the gateway serve; `certificates` by `project/name`."""
+    """Everything the Gateways held here make the gateway serve; `certificates` by `project/name`, each its
+    spec with the PEM chain and key, or why it has none here (a Secret it names is missing)."""
     out = GatewayResources()
     by_port: dict[int, list[_Chain]] = {}
     for resource in sorted(gateways, key=lambda r: (r.metadata.project or "", r.metadata.name)):
@@ -132,7 +133,7 @@ def _gateway_of(chain: _Chain) -> str:
 def _filter_chains(
     chain: _Chain,
     template: listener_components_pb2.FilterChain,
-    certificates: Mapping[str, CertificateSpec],
+    certificates: Mapping[str, CertificateSpec | str],
     problems: dict[str, str],
 ) -> list[listener_components_pb2.FilterChain]:
     """The chains of one Gateway listener: for HTTPS one per certificate, matching by SNI the hostnames it
@@ -142,9 +143,10 @@ def _filter_chains(
         return [_with_routes(template, chain, listener.hostnames, None)]
     held = []
     for ref in listener.tls.certificate_refs:
-        spec = certificates.get(f"{chain.project}/{ref}")
-        if spec is None or spec.certificate is None:
-            problems[_gateway_of(chain)] = f"listener {listener.name}: TLSCertificate {ref!r} is not held here"
+        spec = certificates.get(f"{chain.project}/{ref}", "is not held here")
+        if isinstance(spec, str) or spec.certificate is None:
+            why = spec if isinstance(spec, str) else "has no certificate here"
+            problems[_gateway_of(chain)] = f"listener {listener.name}: TLSCertificate {ref!r} {why}"
         else:
             held.append((ref, spec.certificate))
     if not held:
@@ -227,13 +229,15 @@ def _secret_names(chain: listener_components_pb2.FilterChain) -> set[str]:
 
 
 def _secrets(
-    used: set[str], certificates: Mapping[str, CertificateSpec], by_port: Mapping[int, list[_Chain]]
+    used: set[str], certificates: Mapping[str, CertificateSpec | str], by_port: Mapping[int, list[_Chain]]
 ) -> list[secret_pb2.Secret]:
     """The SDS secrets the listeners name, sorted by name."""
     secrets = []
     for key, spec in certificates.items():
         project, _, name = key.partition("/")
         secret_name = certificate_secret_name(project, name)
+        if isinstance(spec, str):
+            continue
         if secret_name in used and spec.certificate is not None and spec.private_key is not None:
             certificate = common_pb2.TlsCertificate(
                 certificate_chain=base_pb2.DataSource(inline_string=spec.certificate),

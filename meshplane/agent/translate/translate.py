@@ -57,7 +57,7 @@ def translate_apis(
     now: float | None = None,
     services: LocalServices | None = None,
     gateways: Iterable[Resource] = (),
-    certificates: Mapping[str, TLSCertificateSpec] | None = None,
+    certificates: Mapping[str, TLSCertificateSpec | str] | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
@@ -67,7 +67,7 @@ def translate_apis(
     `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
     An API that names `gateways` is served on their listeners (see `gateways`, with `certificates` by
-    `project/name`) instead of the default one.
+    `project/name`: each spec, or why it is not available here) instead of the default one.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     Output never depends on input order.
