@@ -131,7 +131,8 @@ class Agent:
         return admin_app(self.holdings, self.gateway_cache, self.admin_token)
 
     def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
-        return refused_apis(apis, self.gateway_settings, self.kube.services())
+        gateways = [held for held in self.objects.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
+        return refused_apis(apis, self.gateway_settings, self.kube.services(), gateways)
 
     async def _publish(self, servable: Mapping[str, Mapping[str, Held]]) -> PublishOutcome:
         now = time.time()

@@ -9,6 +9,7 @@ filter chain out and is told in `problems`, by Gateway; the rest is served all t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
@@ -74,6 +75,18 @@ def route_name(chain_key: str) -> str:
 
 def served_by(api: Api, project: str, gateway: str) -> bool:
     return api.project == project and gateway in api.spec.gateways
+
+
+def held_gateways(gateways: Iterable[Resource]) -> frozenset[tuple[str, str]]:
+    """(project, name) of each Gateway held here."""
+    return frozenset((resource.metadata.project or "", resource.metadata.name) for resource in gateways)
+
+
+def gateway_refusal(api: Api, held: AbstractSet[tuple[str, str]]) -> str | None:
+    """Why an API that names Gateways is not served here: none of them is placed on this cluster."""
+    if not api.spec.gateways or any((api.project, name) in held for name in api.spec.gateways):
+        return None
+    return f"gateways: none of {', '.join(api.spec.gateways)} is placed on this cluster"
 
 
 def gateway_resources(
