@@ -194,13 +194,20 @@ def _with_routes(
     socket: base_pb2.TransportSocket | None,
 ) -> listener_components_pb2.FilterChain:
     """The template chain (the gateway's HTTP connection manager) reading this listener's route table, matched
-    by SNI to `hostnames` (any name when one is '*'), over TLS when `socket` is given."""
+    by SNI to `hostnames` (any name when one is '*'), over TLS when `socket` is given; with client validation,
+    the client certificate is forwarded upstream in x-forwarded-client-cert."""
     built = listener_components_pb2.FilterChain()
     built.CopyFrom(template)
     built.name = f"{chain.key}/{hostnames[0]}"
     manager = hcm_pb2.HttpConnectionManager()
     built.filters[0].typed_config.Unpack(manager)
     manager.rds.route_config_name = route_name(chain.key)
+    if chain.listener.tls is not None and chain.listener.tls.client_validation is not None:
+        # The upstream learns the verified client certificate (its SHA-256, subject and SANs) and nothing a
+        # caller wrote: Envoy replaces any x-forwarded-client-cert it was sent (elsewhere it only strips it).
+        manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
+        details = manager.set_current_client_cert_details
+        details.subject.value, details.uri, details.dns = True, True, True
     built.filters[0].typed_config.Pack(manager)
     if socket is not None:
         built.transport_socket.CopyFrom(socket)
