@@ -232,3 +232,15 @@ def test_the_upstream_sees_the_verified_client_certificate_and_never_a_caller_s_
     verified, plain = (request["headers"].get("x-forwarded-client-cert", "") for request in fleet.seen)
     assert f"Hash={fingerprint}" in verified and "CN=admin" not in verified and "app-one" in verified
     assert plain == ""
+
+
+def test_apis_on_one_path_in_different_route_tables_do_not_clash(fleet: Fleet) -> None:
+    """The default listener and each Gateway have route tables of their own: /orders may be served on both."""
+    with fleet.server.http() as http:
+        beside = documents.api("orders-plain", basePath="/orders")
+        created = http.put("/v1/projects/default/apis/orders-plain", json=beside)
+        assert created.status_code == 201, created.text
+        shadowing = documents.api("orders-twin", basePath="/orders", gateways=["public"])
+        refused = http.put("/v1/projects/default/apis/orders-twin", json=shadowing)
+        assert refused.status_code == 409, refused.text
+        assert http.delete("/v1/projects/default/apis/orders-plain").status_code == 200
