@@ -162,7 +162,7 @@ def test_the_default_http_listener_no_longer_serves_an_api_on_a_gateway(fleet: F
     assert answered.value.code == 404
 
 
-def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> None:
+def test_no_private_key_in_envoy_listeners_the_agent_dump_or_a_log(fleet: Fleet) -> None:
     lines = [
         line
         for pair in fleet.certificates.values()
@@ -175,7 +175,10 @@ def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> No
         [c for c in fleet.envoy.config_dump()["configs"] if c["@type"].endswith("ListenersConfigDump")]
     )
     assert "tls/default/shop-cert" in listeners and "tls/default/shop-cert" in agent_dump
-    for what, text in (("agent dump", agent_dump), ("envoy listeners", listeners)):
+    logs = sorted(fleet.files.glob("*.log"))
+    assert [log.name for log in logs] == ["agent-edge-1.log", "envoy-gw-1.log", "server.log"]
+    shown = [("agent dump", agent_dump), ("envoy listeners", listeners)]
+    for what, text in [*shown, *((log.name, log.read_text(errors="replace")) for log in logs)]:
         assert not any(line in text for line in lines), f"the {what} shows a private key"
 
 
