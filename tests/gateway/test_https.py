@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from meshplane.security.ca import KeyPair, create_ca, issue_agent_certificate, issue_server_certificate
 from meshplane_testing import documents
@@ -41,6 +42,9 @@ class Fleet:
     """Listener name -> port."""
     certificates: dict[str, KeyPair]
     ca: KeyPair
+    seen: list[dict[str, Any]]
+    """The requests the upstream saw."""
+    client: KeyPair | None = None
 
     def tls(self, host: str) -> ssl.SSLSocket:
         """A TLS connection to the web listener with SNI `host`, the served certificate verified against the CA."""
@@ -54,10 +58,11 @@ class Fleet:
         key.write_bytes(pair.key_pem())
         return certificate, key
 
-    def curl(self, host: str, listener: str, client: str | None = None) -> tuple[int, str]:
+    def curl(self, host: str, listener: str, client: str | None = None, *headers: str) -> tuple[int, str]:
         """(curl's exit code, the HTTP status or nothing) of GET https://host:port/orders/x with SNI `host`."""
         port = self.ports[listener]
         argv = ["curl", "-sS", "--max-time", "5", "--cacert", str(self.files / "ca.crt")]
+        argv += [item for header in headers for item in ("-H", header)]
         argv += ["--resolve", f"{host}:{port}:127.0.0.1", "-o", "/dev/null", "-w", "%{http_code}"]
         if client is not None:
             argv += ["--cert", str(self.files / f"{client}.crt"), "--key", str(self.files / f"{client}.key")]
@@ -102,14 +107,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     }
     ports = {"web": free_port(), "required": free_port(), "optional": free_port()}
     with (
-        run_upstream("orders") as (upstream_port, _),
+        run_upstream("orders") as (upstream_port, seen),
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
     ):
-        fleet = Fleet(server, agent, envoy, tmp_path, ports, pairs, ca)
+        fleet = Fleet(server, agent, envoy, tmp_path, ports, pairs, ca, seen)
         (tmp_path / "ca.crt").write_bytes(ca.certificate_pem())
-        fleet.pem("client", issue_agent_certificate(client_ca, "app-one"))
+        fleet.pem("client", client := issue_agent_certificate(client_ca, "app-one"))
+        fleet.client = client
         fleet.pem("stranger", issue_agent_certificate(stranger_ca, "app-two"))
         for name, pair in pairs.items():
             fleet.put(certificate(name, pair))
@@ -156,7 +162,7 @@ def test_the_default_http_listener_no_longer_serves_an_api_on_a_gateway(fleet: F
     assert answered.value.code == 404
 
 
-def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> None:
+def test_no_private_key_in_envoy_listeners_the_agent_dump_or_a_log(fleet: Fleet) -> None:
     lines = [
         line
         for pair in fleet.certificates.values()
@@ -169,7 +175,10 @@ def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> No
         [c for c in fleet.envoy.config_dump()["configs"] if c["@type"].endswith("ListenersConfigDump")]
     )
     assert "tls/default/shop-cert" in listeners and "tls/default/shop-cert" in agent_dump
-    for what, text in (("agent dump", agent_dump), ("envoy listeners", listeners)):
+    logs = sorted(fleet.files.glob("*.log"))
+    assert [log.name for log in logs] == ["agent-edge-1.log", "envoy-gw-1.log", "server.log"]
+    shown = [("agent dump", agent_dump), ("envoy listeners", listeners)]
+    for what, text in [*shown, *((log.name, log.read_text(errors="replace")) for log in logs)]:
         assert not any(line in text for line in lines), f"the {what} shows a private key"
 
 
@@ -215,3 +224,26 @@ def test_the_agent_keeps_its_state_to_itself(fleet: Fleet) -> None:
     state = fleet.files / "agent-edge-1"
     assert state.stat().st_mode & 0o077 == 0
     assert [p.name for p in state.glob("state.db*") if p.stat().st_mode & 0o077] == []
+
+
+def test_the_upstream_sees_the_verified_client_certificate_and_never_a_caller_s_own(fleet: Fleet) -> None:
+    forged = 'x-forwarded-client-cert: Hash=00;Subject="CN=admin"'
+    fingerprint = fleet.client.certificate.fingerprint(hashes.SHA256()).hex() if fleet.client else ""
+    del fleet.seen[:]
+    assert fleet.curl(SECURE, "required", "client", forged) == (0, "200")
+    assert fleet.curl(SHOP, "web", None, forged) == (0, "200")
+    verified, plain = (request["headers"].get("x-forwarded-client-cert", "") for request in fleet.seen)
+    assert f"Hash={fingerprint}" in verified and "CN=admin" not in verified and "app-one" in verified
+    assert plain == ""
+
+
+def test_apis_on_one_path_in_different_route_tables_do_not_clash(fleet: Fleet) -> None:
+    """The default listener and each Gateway have route tables of their own: /orders may be served on both."""
+    with fleet.server.http() as http:
+        beside = documents.api("orders-plain", basePath="/orders")
+        created = http.put("/v1/projects/default/apis/orders-plain", json=beside)
+        assert created.status_code == 201, created.text
+        shadowing = documents.api("orders-twin", basePath="/orders", gateways=["public"])
+        refused = http.put("/v1/projects/default/apis/orders-twin", json=shadowing)
+        assert refused.status_code == 409, refused.text
+        assert http.delete("/v1/projects/default/apis/orders-plain").status_code == 200

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import pairwise
 
 from envoy.config.listener.v3 import listener_pb2
@@ -14,7 +15,7 @@ from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
 from meshplane.agent.translate.credentials import credential_secret
 from meshplane.agent.translate.entitlements import Entitlements
-from meshplane.agent.translate.gateways import certificate_secret, gateway_resources
+from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
@@ -36,16 +37,23 @@ def api_views(apis: Iterable[Resource]) -> list[Api]:
 
 
 def refused_apis(
-    apis: Iterable[Resource], settings: GatewaySettings, services: LocalServices | None = None
+    apis: Iterable[Resource],
+    settings: GatewaySettings,
+    services: LocalServices | None = None,
+    gateways: Iterable[Resource] = (),
 ) -> dict[str, str]:
-    """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`)."""
-    return _refusals([resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)], settings)
+    """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`; an API
+    naming only Gateways not among `gateways`, those held here, is not served either)."""
+    views = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
+    return _refusals(views, settings, held_gateways(gateways))
 
 
-def _refusals(views: Iterable[Api], settings: GatewaySettings) -> dict[str, str]:
+def _refusals(
+    views: Iterable[Api], settings: GatewaySettings, gateways: AbstractSet[tuple[str, str]] = frozenset()
+) -> dict[str, str]:
     refused = {}
     for api in views:
-        reason = api_refusal(api, settings.backends)
+        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways)
         if reason is not None:
             refused[f"{api.project}/{api.name}"] = reason
     return refused
@@ -58,7 +66,7 @@ def translate_apis(
     now: float | None = None,
     services: LocalServices | None = None,
     gateways: Iterable[Resource] = (),
-    certificates: Mapping[str, TLSCertificateSpec] | None = None,
+    certificates: Mapping[str, TLSCertificateSpec | str] | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, discovered filter configs, clusters and EDS endpoints for a set of
     validated API resources,
@@ -69,15 +77,16 @@ def translate_apis(
     `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
     An API that names `gateways` is served on their listeners (see `gateways`, with `certificates` by
-    `project/name`) instead of the default one.
+    `project/name`: each spec, or why it is not available here) instead of the default one.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     The gateway's listener depends on `settings` alone: what changes with the catalog is in the route table and
     the discovered filter configs, which reach open connections without draining them.
     Output never depends on input order.
     """
+    gateways = list(gateways)
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
-    refused = _refusals(resolved, settings)
+    refused = _refusals(resolved, settings, held_gateways(gateways))
     views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
     if entitlements is None:
         entitlements, now = Entitlements(), 0.0  # no keys: no time to weigh them against
