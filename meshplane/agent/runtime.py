@@ -364,6 +364,8 @@ def gateway_settings(settings: AgentSettings) -> GatewaySettings:
         jwks_ca_file=settings.jwks_ca_file,
         xff_num_trusted_hops=settings.xff_num_trusted_hops,
         backends=backend_policy(settings),
+        access_log=None if settings.access_log == "off" else settings.access_log,
+        access_log_otlp_endpoint=settings.access_log_otlp_endpoint,
     )
 
 

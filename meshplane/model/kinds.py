@@ -13,6 +13,7 @@ from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
 from meshplane.model.meta import Name, Placement, check_name
+from meshplane.model.shaping import Shaping
 
 _HOSTNAME = re.compile(r"^(\*|(\*\.)?([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
 _PATH_SEGMENT = re.compile(r"^([A-Za-z0-9._~!$&'()+,;=:@%-]+|\{[A-Za-z_][A-Za-z0-9_]*\}|\*)$")
@@ -150,6 +151,8 @@ class Operation(WireModel):
     scopes: list[Scope] = Field(default_factory=list)
     """Every one of these must be in the caller's token (needs `authentication.jwt`)."""
     rate_limit: RateLimit | None = None
+    shaping: Shaping | None = None
+    """Replaces the API's shaping part by part (see `model.shaping`)."""
 
 
 class BackendProtocol(StrEnum):
@@ -192,6 +195,8 @@ class APISpec(WireModel):
     cors: Cors | None = None
     rate_limit: RateLimit | None = None
     """The API's own limit, for all callers together."""
+    shaping: Shaping | None = None
+    """Header changes, URL rewrite, redirect, mirror or direct response on every route of the API."""
     placement: Placement = Field(default_factory=Placement)
 
     # Field validators rather than one model validator: each error then carries its field's path.

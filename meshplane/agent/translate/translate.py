@@ -17,7 +17,9 @@ from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
+from meshplane.agent.translate.shaping import ShapingPlan
 from meshplane.agent.translate.targets import api_refusal
+from meshplane.agent.translate.telemetry import access_log_clusters, access_logs, name_route
 from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
 
@@ -74,20 +76,25 @@ def translate_apis(
         raise TypeError("translate_apis needs `now` with entitlements: which keys have run out depends on it")
     access = AccessPlan.of(views, settings, entitlements, now)
     limits = LimitPlan.of(views, settings, entitlements)
+    shaping = ShapingPlan()
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        name_route(api, op, route)
+        shaping.decorate(api, op, route)
         access.decorate(api, op, route)
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
 
-    listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
+    listeners = [
+        gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply(), access_logs(settings))
+    ]
     routes = [
         route_configuration(
             settings.route_config_name, views, decorate, access.preflight_route, access.decorate_virtual_host
         )
     ]
-    clusters = [*access.clusters, *limits.clusters()]
-    endpoints = []
+    clusters = [*access.clusters, *limits.clusters(), *shaping.clusters.values(), *access_log_clusters(settings)]
+    endpoints = list(shaping.endpoints.values())
     for api in views:
         proxyless = proxyless_resources(api)
         if proxyless is not None:
