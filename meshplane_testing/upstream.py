@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 @contextlib.contextmanager
 def run_upstream(
-    name: str, *, delay: float = 0.0, status: int = 200, tls: ssl.SSLContext | None = None
+    name: str,
+    *,
+    delay: float = 0.0,
+    status: int = 200,
+    tls: ssl.SSLContext | None = None,
+    status_by_path: bool = False,
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
     `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
-    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context."""
+    Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context.
+    With `status_by_path`, a path ending in `/status/<code>` is answered with that code instead."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, status_by_path))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -34,7 +41,18 @@ def run_upstream(
         thread.join(timeout=5)
 
 
-def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -> type[BaseHTTPRequestHandler]:
+def _joined(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Lower-case names; a header given several times is one, its values joined by ", " (as RFC 9110 allows)."""
+    joined: dict[str, str] = {}
+    for key, value in headers:
+        name = key.lower()
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    return joined
+
+
+def _handler(
+    name: str, seen: list[dict[str, Any]], delay: float, status: int, status_by_path: bool
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body leave at once, not one delayed ACK apart
@@ -45,12 +63,13 @@ def _handler(name: str, seen: list[dict[str, Any]], delay: float, status: int) -
                 "upstream": name,
                 "path": self.path,
                 "method": self.command,
-                "headers": {key.lower(): value for key, value in self.headers.items()},
+                "headers": _joined(self.headers.items()),
             }
             seen.append(request)
             time.sleep(delay)
             body = json.dumps(request).encode()
-            self.send_response(status)
+            asked = re.search(r"/status/([1-5][0-9][0-9])$", self.path.split("?")[0]) if status_by_path else None
+            self.send_response(int(asked[1]) if asked else status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

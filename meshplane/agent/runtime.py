@@ -121,7 +121,7 @@ class Agent:
 
     def admin_endpoints(self) -> Starlette:
         """The admin app: the dump reads the holdings as they are when it is asked for."""
-        return admin_app(self.holdings, self.gateway_cache, self.admin_token)
+        return admin_app(self.holdings, self.gateway_cache, self.admin_token, self.settings.envoy_admin_address)
 
     def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
         return refused_apis(apis, self.gateway_settings, self.kube.services())
