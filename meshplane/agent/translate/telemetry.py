@@ -46,6 +46,7 @@ ACCESS_LOG_FIELDS = {
     "key_id": f"%REQ({KEY_ID_HEADER})%",
     "client_certificate_fingerprint": "%DOWNSTREAM_PEER_FINGERPRINT_256%",
     "method": "%REQ(:METHOD)%",
+    "user_agent": "%REQ(USER-AGENT)%",
     "path": "%PATH(NQ:ORIG_OR_PATH)%",
     "status": "%RESPONSE_CODE%",
     "response_flags": "%RESPONSE_FLAGS%",
