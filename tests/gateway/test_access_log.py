@@ -1,7 +1,8 @@
 """Access logs and per-API figures end to end: a server, two clusters' agents and Envoys, real requests.
 
-Cluster `edge` logs to stdout (the default), which its Envoy's process log holds; cluster `quiet` has its
-access log off. Each line is parsed as JSON and held to the request that made it (by request id).
+Cluster `edge` logs to stdout (the default), which its Envoy's process log holds, and to an OTLP collector;
+cluster `quiet` has its access log off. Each line is parsed as JSON and held to the request that made it
+(by request id).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
 from meshplane_testing.north import put
+from meshplane_testing.otlp_logs import run_otlp_logs_collector
 from meshplane_testing.process import free_port
 from meshplane_testing.upstream import run_upstream
 
@@ -58,6 +60,7 @@ class Fleet:
     quiet: Cluster
     key: str
     upstream_port: int
+    otlp: list[dict[str, Any]]
 
 
 @contextlib.contextmanager
@@ -77,6 +80,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("access-log")
     with contextlib.ExitStack() as stack:
         port, _ = stack.enter_context(run_upstream("orders", status_by_path=True))
+        otlp_port, otlp = stack.enter_context(run_otlp_logs_collector())
         server = stack.enter_context(run_server(tmp))
         north = stack.enter_context(server.http())
         backends = [documents.backend(port)]
@@ -88,12 +92,13 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         issued = north.post(f"/v1/projects/{documents.PROJECT}/applications/mobile/keys", json={})
         assert issued.status_code == 201, issued.text
         key = issued.json()["key"]
-        edge = stack.enter_context(cluster(stack, tmp, "edge", server))
+        otlp_flags = ("--access-log-otlp-endpoint", f"127.0.0.1:{otlp_port}")
+        edge = stack.enter_context(cluster(stack, tmp, "edge", server, *otlp_flags))
         quiet = stack.enter_context(cluster(stack, tmp, "quiet", server, "--access-log", "off"))
         for each in (edge, quiet):
             each.gateway.wait_for("/keyed/items", status(200), headers={"x-api-key": key}, timeout=30)
             each.gateway.wait_for("/figures/ready", status(200))
-        yield Fleet(edge, quiet, key, port)
+        yield Fleet(edge, quiet, key, port, otlp)
 
 
 def request_id(response: httpx.Response) -> str:
@@ -186,3 +191,19 @@ def test_per_api_figures_count_requests_and_5xx_as_the_agent_reads_them(fleet: F
     grew = {code: after["byClass"].get(code, 0) - before["byClass"].get(code, 0) for code in after["byClass"]}
     assert grew == {"2xx": 7, "5xx": 3}
     assert after["errorRatio"] == pytest.approx(after["errors"] / after["requests"])
+
+
+def test_with_an_otlp_endpoint_the_gateway_exports_each_request_there_too(fleet: Fleet) -> None:
+    response = fleet.edge.gateway.request("GET", "/keyed/items", {"x-api-key": fleet.key})
+    assert response.status_code == 200, response.text
+    wanted = request_id(response)
+
+    record = eventually(
+        lambda: next((r for r in list(fleet.otlp) if r["attributes"].get("request_id") == wanted), None),
+        timeout=10,
+        what="the OTLP collector to receive the request's record",
+    )
+
+    assert record["body"] == "GET /keyed/items 200"
+    attributes = record["attributes"]
+    assert (attributes["api"], attributes["application"], attributes["plan"]) == ("keyed", "mobile", "gold")
