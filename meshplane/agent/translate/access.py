@@ -1,7 +1,7 @@
 """Who may call an API, compiled into Envoy's own filters so that no service sits on the common path.
 
-Filter chain, each filter present only when some API needs it:
-  header_mutation   drops identity headers a caller sent, so only the gateway sets them
+Filter chain, each filter but the first present only when some API needs it:
+  header_mutation   drops identity headers a caller sent, so only the gateway sets them (and logs them)
   cors              answers preflights and decorates responses, per route
   jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route
   ext_authz         the enforcer, for opaque keys, enabled per route
@@ -131,7 +131,6 @@ class AccessPlan:
     uses_cors: bool = False
     uses_enforcer: bool = False
     uses_rbac: bool = False
-    uses_identity: bool = False
 
     @classmethod
     def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements, now: float) -> AccessPlan:
@@ -149,7 +148,6 @@ class AccessPlan:
         auth = spec.authentication
         if auth is None:
             return
-        self.uses_identity = True
         if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
             self.uses_enforcer |= self.settings.enforcer_address is not None
         elif auth.api_key is not None:
@@ -179,9 +177,7 @@ class AccessPlan:
         return auth.api_key if auth is not None else None
 
     def filters(self) -> list[hcm_pb2.HttpFilter]:
-        filters = []
-        if self.uses_identity:
-            filters.append(_strip_identity())
+        filters = [_strip_identity()]  # always: an open API's upstream and log must not believe a caller either
         if self.uses_cors:
             filters.append(hcm_pb2.HttpFilter(name=CORS, typed_config=packed(cors_pb2.Cors())))
         if self.providers:

@@ -81,10 +81,10 @@ def routes(config: EnvoyConfig) -> dict[str, Any]:
     return {route.name: route for host in table.virtual_hosts for route in host.routes}
 
 
-def test_an_api_without_policies_keeps_the_bare_filter_chain() -> None:
+def test_an_api_without_policies_gets_only_the_identity_guard_and_the_router() -> None:
     config = translate_apis([api("open", basePath="/open", backends=[backend()])], SERVICES, entitlements(), NOW)
 
-    assert filter_names(config) == ["envoy.filters.http.router"]
+    assert filter_names(config) == ["envoy.filters.http.header_mutation", "envoy.filters.http.router"]
     assert not manager(config).HasField("local_reply_config")
 
 

@@ -51,7 +51,8 @@ def test_example_api() -> None:
     assert manager.rds.route_config_name == "gateway"
     assert manager.rds.config_source.HasField("ads")
     assert manager.rds.config_source.resource_api_version == config_source_pb2.ApiVersion.V3
-    (router,) = manager.http_filters
+    identity_guard, router = manager.http_filters
+    assert identity_guard.name == "envoy.filters.http.header_mutation"
     assert router.name == "envoy.filters.http.router"
     assert router.typed_config.Is(router_pb2.Router.DESCRIPTOR)
 
