@@ -191,6 +191,10 @@ def test_per_api_figures_count_requests_and_5xx_as_the_agent_reads_them(fleet: F
     grew = {code: after["byClass"].get(code, 0) - before["byClass"].get(code, 0) for code in after["byClass"]}
     assert grew == {"2xx": 7, "5xx": 3}
     assert after["errorRatio"] == pytest.approx(after["errors"] / after["requests"])
+    latency = eventually(  # Envoy computes quantiles when it flushes its stats, every 5 s
+        lambda: figures()["latencyMs"], timeout=12, what="the API's latency quantiles"
+    )
+    assert 0 <= latency["p50"] <= latency["p99"] < 5000
 
 
 def test_with_an_otlp_endpoint_the_gateway_exports_each_request_there_too(fleet: Fleet) -> None:

@@ -1,0 +1,56 @@
+"""Per-API figures from Envoy's `/stats?format=json`: summed over virtual hosts, other stats ignored."""
+
+from __future__ import annotations
+
+from meshplane.agent.api_figures import api_figures
+
+STATS = {
+    "stats": [
+        {"name": "vhost.*.route.api.shop.orders.upstream_rq_total", "value": 8},
+        {"name": "vhost.*.route.api.shop.orders.upstream_rq_2xx", "value": 6},
+        {"name": "vhost.*.route.api.shop.orders.upstream_rq_5xx", "value": 2},
+        {"name": "vhost.*.route.api.shop.orders.upstream_rq_503", "value": 2},
+        {"name": "vhost.shop.example.com.route.api.shop.orders.upstream_rq_total", "value": 2},
+        {"name": "vhost.shop.example.com.route.api.shop.orders.upstream_rq_5xx", "value": 2},
+        {"name": "vhost.*.route.api.shop.billing.upstream_rq_total", "value": 0},
+        {"name": "cluster.api.shop.orders.0.abcd1234.upstream_rq_total", "value": 99},
+        {
+            "histograms": {
+                "supported_quantiles": [0, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 100],
+                "computed_quantiles": [
+                    {
+                        "name": "vhost.*.route.api.shop.orders.upstream_rq_time",
+                        "values": [{"interval": None, "cumulative": v} for v in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)],
+                    },
+                    {
+                        "name": "vhost.shop.example.com.route.api.shop.orders.upstream_rq_time",
+                        "values": [{"interval": None, "cumulative": v * 2} for v in range(10)],
+                    },
+                    {"name": "vhost.*.route.api.shop.billing.upstream_rq_time", "values": [{"interval": None}] * 10},
+                ],
+            }
+        },
+    ]
+}
+
+
+def test_an_apis_figures_are_summed_over_its_virtual_hosts() -> None:
+    orders = api_figures(STATS)["shop/orders"]
+
+    assert orders.requests == 10
+    assert orders.by_class == {"2xx": 6, "5xx": 4}
+    assert (orders.errors, orders.error_ratio) == (4, 0.4)
+
+
+def test_latency_is_the_worst_quantile_over_virtual_hosts() -> None:
+    assert api_figures(STATS)["shop/orders"].latency_ms == {"p50": 4.0, "p99": 12.0}
+
+
+def test_an_api_without_traffic_has_zero_figures_and_no_latency() -> None:
+    billing = api_figures(STATS)["shop/billing"]
+
+    assert billing.as_dict() == {"requests": 0, "errors": 0, "errorRatio": 0.0, "byClass": {}, "latencyMs": {}}
+
+
+def test_stats_of_other_things_give_no_figures() -> None:
+    assert api_figures({"stats": [{"name": "http.gateway.downstream_rq_total", "value": 5}]}) == {}
