@@ -23,6 +23,8 @@ _PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$")
 _NO_RE2 = re.compile(r"\(\?(?:[=!]|<[=!]|>|P=)|\\[1-9]|[*+?}][+]")
 """Lookaround, atomic groups and backreferences: Python has them, RE2 (Envoy's regex engine) does not."""
 _SUBSTITUTION_ESCAPE = re.compile(r"\\(.?)")
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+"""Headers whose value is a secret; shaping may remove them but not write them."""
 MAX_VALUE = 4096
 MAX_REGEX = 1024
 
@@ -42,6 +44,15 @@ def _check_request_header(value: str) -> str:
     return _check_header(lowered)
 
 
+def _check_not_a_credential(value: str) -> str:
+    if value in CREDENTIAL_HEADERS:
+        raise ValueError(
+            f"{value!r} would carry a credential in the clear (anyone who reads the API sees shaping): "
+            "give the backend its credentials instead"
+        )
+    return value
+
+
 def _check_path(value: str) -> str:
     if not _PATH.match(value):
         raise ValueError(f"{value!r} is not a path (starts with '/', no query, no spaces)")
@@ -50,6 +61,7 @@ def _check_path(value: str) -> str:
 
 HeaderValue = Annotated[str, Field(max_length=MAX_VALUE), AfterValidator(_check_value)]
 RequestHeaderName = Annotated[str, AfterValidator(_check_request_header)]
+WrittenRequestHeaderName = Annotated[RequestHeaderName, AfterValidator(_check_not_a_credential)]
 PathValue = Annotated[str, Field(max_length=MAX_VALUE), AfterValidator(_check_path)]
 Hostname = Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
 
@@ -60,7 +72,7 @@ class ResponseHeader(WireModel):
 
 
 class RequestHeader(WireModel):
-    name: RequestHeaderName
+    name: WrittenRequestHeaderName
     value: HeaderValue
 
 

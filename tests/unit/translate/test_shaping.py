@@ -28,6 +28,8 @@ REFUSED = [
     ("not a token", {"requestHeaderModifier": {"set": [{"name": "x bad", "value": "1"}]}},
      f"{HEADERS}.set[0].name", "not a header name"),
     ("host", {"requestHeaderModifier": {"remove": ["Host"]}}, f"{HEADERS}.remove[0]", "urlRewrite.hostname"),
+    ("credential in the clear", {"requestHeaderModifier": {"set": [{"name": "Authorization", "value": "Basic eA=="}]}},
+     f"{HEADERS}.set[0].name", "credential in the clear"),
     ("pseudo-header", {"responseHeaderModifier": {"remove": [":status"]}},
      "spec.shaping.responseHeaderModifier.remove[0]", "not a header name"),
     ("header split", {"requestHeaderModifier": {"set": [{"name": "x-a", "value": "1\r\nx-b: 2"}]}},
@@ -212,3 +214,9 @@ def test_envoy_accepts_every_feature_and_logger(tmp_path: Path) -> None:
     accepted, output = validate(tmp_path, static_bootstrap(translated(settings)))
 
     assert accepted, output
+
+
+def test_a_callers_credential_may_be_kept_from_the_upstream() -> None:
+    stripped = api("s", basePath="/s", backends=[backend()], shaping={"requestHeaderModifier": {"remove": ["Cookie"]}})
+
+    assert stripped.spec.shaping.request_header_modifier.remove == ["cookie"]
