@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from hypothesis import HealthCheck, given, settings
 
 from meshplane.agent.translate import GatewaySettings, translate_apis
 from meshplane.agent.translate.config import EnvoyConfig
@@ -15,7 +16,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
 from meshplane_testing.envoy import envoy_binary, validate
 from meshplane_testing.static_bootstrap import static_bootstrap
-from meshplane_testing.translate_factories import LOOPBACK, api, backend
+from meshplane_testing.translate_factories import LOOPBACK, api, backend, shaped_api_sets
 
 HEADERS = "spec.shaping.requestHeaderModifier"
 REFUSED = [
@@ -220,3 +221,22 @@ def test_a_callers_credential_may_be_kept_from_the_upstream() -> None:
     stripped = api("s", basePath="/s", backends=[backend()], shaping={"requestHeaderModifier": {"remove": ["Cookie"]}})
 
     assert stripped.spec.shaping.request_header_modifier.remove == ["cookie"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shaped_api_sets())
+def test_envoy_accepts_generated_shaped_apis(tmp_path: Path, apis: list[Any]) -> None:
+    envoy_binary()
+    config = translate_apis(apis, GatewaySettings(backends=LOOPBACK))
+    mirrored = {
+        policy.cluster
+        for table in config.routes
+        for host in table.virtual_hosts
+        for route in host.routes
+        for policy in route.route.request_mirror_policies
+    }
+    assert mirrored <= {cluster.name for cluster in config.clusters}, "every mirror has its cluster"
+
+    accepted, output = validate(tmp_path, static_bootstrap(config))
+
+    assert accepted, output
