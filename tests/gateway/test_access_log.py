@@ -120,8 +120,7 @@ def test_an_api_key_call_is_one_json_line_with_every_field(fleet: Fleet) -> None
     assert line.pop("bytes_received") == 0 and line.pop("bytes_sent") > 0
     assert line == {
         "request_id": request_id(response),
-        "trace_id": None,  # the gateway runs no tracer of its own: the caller's trace is in traceparent
-        "traceparent": TRACEPARENT,
+        "trace_id": TRACE_ID,
         "project": documents.PROJECT,
         "api": "keyed",
         "operation": "GET /items",
@@ -140,7 +139,7 @@ def test_an_api_key_call_is_one_json_line_with_every_field(fleet: Fleet) -> None
 
 REFUSED = [
     ("no route", "/nowhere", {}, {"status": 404, "response_flags": "NR", "api": None, "upstream_host": None}),
-    ("no key", "/keyed/items", {}, {"status": 401, "api": "keyed", "application": None, "upstream_host": None}),
+    ("no key", "/keyed/items", {}, {"status": 401, "api": "keyed", "application": None, "trace_id": None}),
     ("upstream 5xx", "/figures/status/503", {}, {"status": 503, "api": "figures", "operation": "", "plan": None}),
 ]
 

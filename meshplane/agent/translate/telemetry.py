@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import config_source_pb2, grpc_service_pb2, substitution_format_string_pb2
+from envoy.config.core.v3 import config_source_pb2, extension_pb2, grpc_service_pb2, substitution_format_string_pb2
 from envoy.config.route.v3 import route_components_pb2
 from envoy.extensions.access_loggers.file.v3 import file_pb2
 from envoy.extensions.access_loggers.grpc.v3 import als_pb2
@@ -18,6 +18,7 @@ from envoy.extensions.access_loggers.open_telemetry.v3 import logs_service_pb2
 from envoy.extensions.access_loggers.stream.v3 import stream_pb2
 from google.protobuf import struct_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from xds.type.v3 import typed_struct_pb2
 
 from meshplane.agent.translate.access import service_cluster
 from meshplane.agent.translate.apis import Api
@@ -36,8 +37,10 @@ _ROUTE = "%METADATA(ROUTE:" + ROUTE_METADATA + ":{key})%"
 ACCESS_LOG_FIELDS = {
     "time": "%START_TIME(%Y-%m-%dT%H:%M:%S.%3fZ)%",
     "request_id": "%REQ(X-REQUEST-ID)%",
-    "trace_id": "%TRACE_ID%",
-    "traceparent": "%REQ(TRACEPARENT)%",
+    "trace_id": (
+        "%CEL(has(request.headers.traceparent) && size(request.headers.traceparent) == 55"
+        " ? request.headers.traceparent.substring(3, 35) : null)%"
+    ),
     "project": _ROUTE.format(key="project"),
     "api": _ROUTE.format(key="api"),
     "operation": _ROUTE.format(key="operation"),
@@ -58,7 +61,9 @@ ACCESS_LOG_FIELDS = {
     "bytes_sent": "%BYTES_SENT%",
 }
 """One line per request; unset values are null. The path is logged without its query, where keys may travel.
-`trace_id` is the gateway's span's, when it traces; the caller's W3C `traceparent` is logged as it came."""
+`trace_id` is the one of the caller's W3C `traceparent` (version 00 is 55 characters, the id at 3 to 35)."""
+CEL_FORMATTER = "envoy.formatter.cel"
+CEL_CONFIG = "type.googleapis.com/envoy.extensions.formatter.cel.v3.Cel"
 
 
 def stat_prefix(project: str, name: str) -> str:
@@ -98,10 +103,19 @@ def access_log_clusters(settings: GatewaySettings) -> list[cluster_pb2.Cluster]:
     return [service_cluster(OTLP_CLUSTER, settings.access_log_otlp_endpoint)]
 
 
+def _cel_formatter() -> extension_pb2.TypedExtensionConfig:
+    """Envoy's CEL formatter with its string functions (`substring`) on. The Python protos predate the
+    formatter's `cel_config`, so the config travels as a TypedStruct, which Envoy reads by field name."""
+    config = struct_pb2.Struct()
+    config.update({"cel_config": {"enable_string_functions": True}})
+    typed = typed_struct_pb2.TypedStruct(type_url=CEL_CONFIG, value=config)
+    return extension_pb2.TypedExtensionConfig(name=CEL_FORMATTER, typed_config=packed(typed))
+
+
 def _json_line() -> substitution_format_string_pb2.SubstitutionFormatString:
     fields = struct_pb2.Struct()
     fields.update(ACCESS_LOG_FIELDS)
-    return substitution_format_string_pb2.SubstitutionFormatString(json_format=fields)
+    return substitution_format_string_pb2.SubstitutionFormatString(json_format=fields, formatters=[_cel_formatter()])
 
 
 def _otlp() -> object:
@@ -121,5 +135,6 @@ def _otlp() -> object:
         ),
         body=common_pb2.AnyValue(string_value="%REQ(:METHOD)% %PATH(NQ:ORIG_OR_PATH)% %RESPONSE_CODE%"),
         attributes=attributes,
+        formatters=[_cel_formatter()],
     )
     return packed(config)
