@@ -138,10 +138,11 @@ def test_an_api_key_call_is_one_json_line_with_every_field(fleet: Fleet) -> None
 
 
 REFUSED = [
-    ("no route", "/nowhere", {}, {"status": 404, "response_flags": "NR", "api": None, "upstream_host": None}),
+    ("no route", "/nowhere", {"traceparent": "00-malformed-01"},
+     {"status": 404, "response_flags": "NR", "api": None, "upstream_host": None, "trace_id": None}),
     ("no key", "/keyed/items", {}, {"status": 401, "api": "keyed", "application": None, "trace_id": None}),
     ("upstream 5xx", "/figures/status/503", {}, {"status": 503, "api": "figures", "operation": "", "plan": None}),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("case", "path", "headers", "expected"), REFUSED, ids=[row[0] for row in REFUSED])

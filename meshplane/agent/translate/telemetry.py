@@ -37,10 +37,7 @@ _ROUTE = "%METADATA(ROUTE:" + ROUTE_METADATA + ":{key})%"
 ACCESS_LOG_FIELDS = {
     "time": "%START_TIME(%Y-%m-%dT%H:%M:%S.%3fZ)%",
     "request_id": "%REQ(X-REQUEST-ID)%",
-    "trace_id": (
-        "%CEL(has(request.headers.traceparent) && size(request.headers.traceparent) == 55"
-        " ? request.headers.traceparent.substring(3, 35) : null)%"
-    ),
+    "trace_id": "%CEL(request.headers.traceparent.substring(3, size(request.headers.traceparent) == 55 ? 35 : -1))%",
     "project": _ROUTE.format(key="project"),
     "api": _ROUTE.format(key="api"),
     "operation": _ROUTE.format(key="operation"),
@@ -61,7 +58,8 @@ ACCESS_LOG_FIELDS = {
     "bytes_sent": "%BYTES_SENT%",
 }
 """One line per request; unset values are null. The path is logged without its query, where keys may travel.
-`trace_id` is the one of the caller's W3C `traceparent` (version 00 is 55 characters, the id at 3 to 35)."""
+`trace_id` is the one of the caller's W3C `traceparent` (version 00 is 55 characters, the id at 3 to 35); with
+no such header the expression fails (a missing key, a substring ending at -1), which Envoy logs as null."""
 CEL_FORMATTER = "envoy.formatter.cel"
 CEL_CONFIG = "type.googleapis.com/envoy.extensions.formatter.cel.v3.Cel"
 
