@@ -20,8 +20,12 @@ from meshplane.model.base import WireModel
 
 _UNSAFE_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _PATH = re.compile(r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$")
-_NO_RE2 = re.compile(r"\(\?(?:[=!]|<[=!]|>|P=)|\\[1-9]|[*+?}][+]")
-"""Lookaround, atomic groups and backreferences: Python has them, RE2 (Envoy's regex engine) does not."""
+_NO_RE2 = re.compile(r"\(\?(?:[=!]|<[=!]|>|P=)|\\[1-9Z]|[*+?}][+]")
+"""Lookaround, atomic groups, backreferences, possessive repeats and `\\Z`: Python has them, RE2 (Envoy's
+regex engine) does not."""
+_COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+MAX_REPEATS = 1000
+"""Counted repetitions multiply the size of an RE2 program; their product is held below what Envoy compiles."""
 _SUBSTITUTION_ESCAPE = re.compile(r"\\(.?)")
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
 """Headers whose value is a secret; shaping may remove them but not write them."""
@@ -110,7 +114,12 @@ class RegexSubstitution(WireModel):
     @classmethod
     def _re2(cls, pattern: str) -> str:
         if _NO_RE2.search(pattern):
-            raise ValueError("lookaround, atomic groups, possessive repeats and backreferences are not RE2")
+            raise ValueError("lookaround, atomic groups, possessive repeats, backreferences and \\Z are not RE2")
+        repeats = 1
+        for low, high in _COUNTED.findall(pattern):
+            repeats *= max(int(low), int(high or 0), 1)
+        if repeats > MAX_REPEATS:
+            raise ValueError(f"counted repetitions multiply to {repeats}: at most {MAX_REPEATS}")
         try:
             re.compile(pattern)
         except re.error as exc:
