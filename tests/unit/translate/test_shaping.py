@@ -244,3 +244,20 @@ def test_envoy_accepts_generated_shaped_apis(tmp_path: Path, apis: list[Any]) ->
     accepted, output = validate(tmp_path, static_bootstrap(config))
 
     assert accepted, output
+
+
+def test_an_operation_that_answers_itself_drops_its_apis_upstream_parts_but_keeps_the_rest() -> None:
+    shaping = {
+        "requestHeaderModifier": {"set": [{"name": "x-to-upstream", "value": "1"}]},
+        "responseHeaderModifier": {"set": [{"name": "x-to-caller", "value": "1"}]},
+    }
+    closed = {"method": "GET", "path": "/closed", "shaping": {"directResponse": {"statusCode": 410}}}
+    config = translate_apis(
+        [api("a", basePath="/a", backends=[backend()], shaping=shaping, operations=[closed])],
+        GatewaySettings(backends=LOOPBACK),
+    )
+
+    (route,) = config.routes[0].virtual_hosts[0].routes
+    assert route.direct_response.status == 410
+    assert [h.header.key for h in route.request_headers_to_add] == []
+    assert [h.header.key for h in route.response_headers_to_add] == ["x-to-caller"]
