@@ -135,6 +135,7 @@ def test_an_api_key_call_is_one_json_line_with_every_field(fleet: Fleet) -> None
         "response_flags": "-",
         "upstream_host": f"127.0.0.1:{fleet.upstream_port}",
     }
+    assert fleet.key not in fleet.edge.envoy.log() and "in-the-query" not in fleet.edge.envoy.log()
 
 
 REFUSED = [
