@@ -15,13 +15,13 @@ from typing import Any
 
 import httpx
 
+from meshplane.agent.translate.telemetry import STAT_PREFIX
 from meshplane.config import split_address
 
-_COUNTER = re.compile(
-    r"^vhost\..+\.route\.api\.(?P<project>[a-z0-9-]+)\.(?P<name>[a-z0-9-]+)\.upstream_rq_(?P<what>total|[1-5]xx)$"
-)
-_LATENCY = re.compile(r"^vhost\..+\.route\.api\.(?P<project>[a-z0-9-]+)\.(?P<name>[a-z0-9-]+)\.upstream_rq_time$")
-STATS_FILTER = r"\.route\.api\."
+_API_ROUTE = rf"^vhost\..+\.route\.{STAT_PREFIX}\.(?P<project>[a-z0-9-]+)\.(?P<name>[a-z0-9-]+)\."
+_COUNTER = re.compile(_API_ROUTE + r"upstream_rq_(?P<what>total|[1-5]xx)$")
+_LATENCY = re.compile(_API_ROUTE + r"upstream_rq_time$")
+STATS_FILTER = rf"\.route\.{STAT_PREFIX}\."
 QUANTILES = {50.0: "p50", 99.0: "p99"}
 ADMIN_TIMEOUT = 2.0
 """Seconds a read of Envoy's stats may take: its admin answers from memory."""
