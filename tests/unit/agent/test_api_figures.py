@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import httpx
+
+from meshplane.agent.admin import admin_app
 from meshplane.agent.api_figures import api_figures
+from meshplane.xds.cache import ResourceCache
+from meshplane_testing.process import free_port
 
 STATS = {
     "stats": [
@@ -54,3 +61,24 @@ def test_an_api_without_traffic_has_zero_figures_and_no_latency() -> None:
 
 def test_stats_of_other_things_give_no_figures() -> None:
     assert api_figures({"stats": [{"name": "http.gateway.downstream_rq_total", "value": 5}]}) == {}
+
+
+async def admin_answer(envoy_admin: str | None) -> httpx.Response:
+    nothing_held: Any = None  # /api_figures reads Envoy's stats only
+    transport = httpx.ASGITransport(admin_app(nothing_held, ResourceCache(), envoy_admin=envoy_admin))
+    async with httpx.AsyncClient(transport=transport, base_url="http://agent") as client:
+        return await client.get("/api_figures")
+
+
+async def test_the_admin_says_when_it_knows_no_gateway_admin() -> None:
+    response = await admin_answer(None)
+
+    assert response.status_code == 404
+    assert "no gateway admin" in response.text
+
+
+async def test_the_admin_says_when_the_gateways_stats_cannot_be_read() -> None:
+    response = await admin_answer(f"127.0.0.1:{free_port()}")  # nothing listens there
+
+    assert response.status_code == 502
+    assert "cannot be read" in response.text
