@@ -261,3 +261,21 @@ def test_an_operation_that_answers_itself_drops_its_apis_upstream_parts_but_keep
     assert route.direct_response.status == 410
     assert [h.header.key for h in route.request_headers_to_add] == []
     assert [h.header.key for h in route.response_headers_to_add] == ["x-to-caller"]
+
+
+def test_shaping_lives_in_the_route_table_and_leaves_the_listener_as_it_was() -> None:
+    """A listener change drains every open connection of the gateway: shaping must never cause one."""
+    settings = GatewaySettings(backends=LOOPBACK)
+    unshaped = [api(a.metadata.name, a.metadata.project or "", **unshape(a.spec.to_wire())) for a in every_feature()]
+
+    shaped_listener = translate_apis(every_feature(), settings).listeners
+    unshaped_listener = translate_apis(unshaped, settings).listeners
+
+    assert [m.SerializeToString(deterministic=True) for m in shaped_listener] == [
+        m.SerializeToString(deterministic=True) for m in unshaped_listener
+    ]
+
+
+def unshape(spec: dict[str, Any]) -> dict[str, Any]:
+    operations = [{key: value for key, value in op.items() if key != "shaping"} for op in spec["operations"]]
+    return {**{key: value for key, value in spec.items() if key != "shaping"}, "operations": operations}
