@@ -288,6 +288,15 @@ def agent(
             )
         ),
     ] = None,
+    access_log: Annotated[
+        str | None,
+        typer.Option(
+            help=defaulted("gateways' access log: stdout, off or an absolute path", AgentSettings, "access_log")
+        ),
+    ] = None,
+    access_log_otlp_endpoint: Annotated[
+        str | None, typer.Option(help="OTLP gRPC collector (host:port) for the gateways' access logs")
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
@@ -326,6 +335,8 @@ def agent(
         allow_loopback_backends=allow_loopback_backends or None,
         envoy_admin_address=envoy_admin_address,
         xff_num_trusted_hops=xff_num_trusted_hops,
+        access_log=access_log,
+        access_log_otlp_endpoint=access_log_otlp_endpoint,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )

@@ -39,6 +39,15 @@ def _address(value: str) -> str:
 
 
 Address = Annotated[str, AfterValidator(_address)]
+
+
+def _access_log_target(value: str) -> str:
+    if value not in ("stdout", "off") and not Path(value).is_absolute():
+        raise ValueError(f'{value!r} is not "stdout", "off" or an absolute path')
+    return value
+
+
+AccessLogTarget = Annotated[str, AfterValidator(_access_log_target)]
 OtlpEndpoint = Annotated[
     str | None,
     Field(description="OTLP gRPC collector for traces (http://127.0.0.1:4317); default $OTEL_EXPORTER_OTLP_ENDPOINT"),
@@ -258,4 +267,11 @@ class AgentSettings(ProcessSettings):
     envoy_admin_address: Address = Field(
         default="127.0.0.1:19000",
         description="the gateways' Envoy admin (meshplane agent bootstrap --admin-port); no backend may target it",
+    )
+    access_log: AccessLogTarget = Field(
+        default="stdout",
+        description='where the gateways write one JSON line per request: "stdout", an absolute file path, or "off"',
+    )
+    access_log_otlp_endpoint: Address | None = Field(
+        default=None, description="an OTLP gRPC collector (host:port) the gateways also send their access logs to"
     )

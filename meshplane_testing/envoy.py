@@ -97,9 +97,11 @@ def _answers(envoy: EnvoyProcess) -> bool:
 
 
 def validate(tmp_path: Path, bootstrap: dict[str, Any]) -> tuple[bool, str]:
-    """`envoy --mode validate` on a bootstrap: (accepted, Envoy's output). Offline; takes a fraction of a second."""
-    config_path = tmp_path / "validate.yaml"
-    config_path.write_text(yaml.safe_dump(bootstrap))
+    """`envoy --mode validate` on a bootstrap: (accepted, Envoy's output). Offline; takes a fraction of a second.
+
+    Written as JSON: Envoy's YAML reader takes a plain `y` or `n` for a boolean, which PyYAML leaves unquoted."""
+    config_path = tmp_path / "validate.json"
+    config_path.write_text(json.dumps(bootstrap))
     argv = [envoy_binary(), "--mode", "validate", "-c", str(config_path), "-l", "warning"]
     with running(argv, tmp_path / "validate.log") as process:
         code = process.popen.wait(timeout=30)

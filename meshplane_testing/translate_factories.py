@@ -75,6 +75,80 @@ backends = st.lists(
 ).filter(lambda items: any(item["weight"] > 0 for item in items))
 
 
+_header_lists = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["x-a", "x-b", "user-agent"]), "value": st.sampled_from(["1", "100%", "a b"])}
+    ),
+    max_size=2,
+    unique_by=lambda header: header["name"],
+)
+_path_modifiers = st.one_of(
+    base_paths.map(lambda path: {"type": "ReplaceFullPath", "replaceFullPath": path}),
+    base_paths.map(lambda path: {"type": "ReplacePrefixMatch", "replacePrefixMatch": path}),
+    st.just(
+        {
+            "type": "ReplaceRegexMatch",
+            "replaceRegexMatch": {"pattern": "^/(\\w+)(/.*)?$", "substitution": "/x/\\1"},
+        }
+    ),
+)
+_forwarding = st.fixed_dictionaries(
+    {},
+    optional={
+        "requestHeaderModifier": st.fixed_dictionaries({"set": _header_lists}),
+        "responseHeaderModifier": st.fixed_dictionaries({"add": _header_lists}),
+        "urlRewrite": st.fixed_dictionaries({}, optional={"hostname": st.just("up.internal"), "path": _path_modifiers}),
+        "requestMirror": st.fixed_dictionaries(
+            {
+                "backend": st.fixed_dictionaries(
+                    {"host": st.sampled_from(["10.0.0.9", "mirror.internal"]), "port": st.integers(1, 65535)}
+                ),
+                "percent": st.integers(0, 100),
+            }
+        ),
+    },
+)
+_answering = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "requestRedirect": st.fixed_dictionaries(
+                {"statusCode": st.sampled_from([301, 302, 303, 307, 308])},
+                optional={
+                    "scheme": st.sampled_from(["http", "https"]),
+                    "hostname": st.just("moved.example"),
+                    "port": st.integers(1, 65535),
+                    "path": _path_modifiers,
+                },
+            )
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "directResponse": st.fixed_dictionaries(
+                {"statusCode": st.integers(200, 599)},
+                optional={"body": st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=20)},
+            )
+        }
+    ),
+)
+shapings = st.one_of(_forwarding, _answering)
+"""Valid `shaping` parts (see model.shaping): what goes upstream changed, or an answer at the gateway."""
+
+
+@st.composite
+def shaped_api_sets(draw: st.DrawFn, *, max_size: int = 4) -> list[Resource]:
+    """APIs as `api_sets` draws them, each shaped, on the API or on its operations."""
+    shaped = []
+    for resource in draw(api_sets(max_size=max_size)):
+        spec = resource.spec.to_wire()
+        if spec["operations"] and draw(st.booleans()):
+            spec["operations"] = [{**op, "shaping": draw(shapings)} for op in spec["operations"]]
+        else:
+            spec["shaping"] = draw(shapings)
+        shaped.append(api(resource.metadata.name, resource.metadata.project or "", **spec))
+    return shaped
+
+
 @st.composite
 def api_specs(draw: st.DrawFn, *, with_operations: bool | None = None) -> dict[str, Any]:
     ops = draw(operations)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -24,14 +25,16 @@ def run_upstream(
     status: int = 200,
     tls: ssl.SSLContext | None = None,
     stream: tuple[int, float] | None = None,
+    status_by_path: bool = False,
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(port, requests seen) of a server on a free loopback port; each answer and each entry in the list is
     `{"upstream": name, "path": path with query, "method": ..., "headers": {lower-case name: value}}`.
     Each answer comes `delay` seconds after its request, with `status`; over TLS with a `tls` server context.
     With `stream` (lines, gap), the answer is instead a chunked stream of that many lines (`line <n>`), its
-    headers at once and each line `gap` seconds after the one before."""
+    headers at once and each line `gap` seconds after the one before. With `status_by_path`, a path ending in
+    `/status/<code>` is answered with that code instead."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream, status_by_path))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -45,8 +48,22 @@ def run_upstream(
         thread.join(timeout=5)
 
 
+def _joined(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Lower-case names; a header given several times is one, its values joined by ", " (as RFC 9110 allows)."""
+    joined: dict[str, str] = {}
+    for key, value in headers:
+        name = key.lower()
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    return joined
+
+
 def _handler(
-    name: str, seen: list[dict[str, Any]], delay: float, status: int, stream: tuple[int, float] | None
+    name: str,
+    seen: list[dict[str, Any]],
+    delay: float,
+    status: int,
+    stream: tuple[int, float] | None,
+    status_by_path: bool,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -58,7 +75,7 @@ def _handler(
                 "upstream": name,
                 "path": self.path,
                 "method": self.command,
-                "headers": {key.lower(): value for key, value in self.headers.items()},
+                "headers": _joined(self.headers.items()),
             }
             seen.append(request)
             time.sleep(delay)
@@ -66,7 +83,8 @@ def _handler(
                 self._stream(*stream)
                 return
             body = json.dumps(request).encode()
-            self.send_response(status)
+            asked = re.search(r"/status/([1-5][0-9][0-9])$", self.path.split("?")[0]) if status_by_path else None
+            self.send_response(int(asked[1]) if asked else status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

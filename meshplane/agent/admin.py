@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 from google.protobuf import any_pb2, json_format
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from meshplane import secret_files
+from meshplane.agent.api_figures import read_api_figures
 from meshplane.agent.gateway import ENFORCERS, ENVOY_TYPE_ORDER, GATEWAYS, RATELIMITERS
 from meshplane.agent.holdings import Holdings
 from meshplane.agent.translate.gateways import SECRET_TYPE
@@ -177,9 +179,15 @@ def _bearer_only(token: str | None, endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-def admin_app(holdings: Callable[[], Holdings], cache: ResourceCache, token: str | None = None) -> Starlette:
+def admin_app(
+    holdings: Callable[[], Holdings],
+    cache: ResourceCache,
+    token: str | None = None,
+    envoy_admin: str | None = None,
+) -> Starlette:
     """The admin endpoints of an agent that holds `holdings()` and serves `cache`; with a token (see
-    `admin_token`) the config dump asks for it."""
+    `admin_token`) the config dump asks for it. `/api_figures` reads the per-API figures of the gateway whose
+    Envoy admin is `envoy_admin` (see `api_figures`)."""
 
     async def dump(request: Request) -> Response:
         return JSONResponse(config_dump(holdings(), cache))
@@ -187,10 +195,20 @@ def admin_app(holdings: Callable[[], Holdings], cache: ResourceCache, token: str
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def figures(request: Request) -> Response:
+        if envoy_admin is None:
+            return PlainTextResponse("this agent knows no gateway admin address\n", status_code=404)
+        try:
+            read = await read_api_figures(envoy_admin)
+        except httpx.HTTPError as exc:
+            return PlainTextResponse(f"the gateway's stats cannot be read: {exc}\n", status_code=502)
+        return JSONResponse({"apis": {name: api.as_dict() for name, api in read.items()}})
+
     return Starlette(
         routes=[
             Route("/config_dump", _bearer_only(token, dump)),
             Route("/metrics", metrics_endpoint),
             Route("/healthz", healthz),
+            Route("/api_figures", figures),
         ]
     )

@@ -128,7 +128,7 @@ class Agent:
 
     def admin_endpoints(self) -> Starlette:
         """The admin app: the dump reads the holdings as they are when it is asked for."""
-        return admin_app(self.holdings, self.gateway_cache, self.admin_token)
+        return admin_app(self.holdings, self.gateway_cache, self.admin_token, self.settings.envoy_admin_address)
 
     def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
         gateways = [held for held in self.objects.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
@@ -420,6 +420,8 @@ def gateway_settings(settings: AgentSettings) -> GatewaySettings:
         jwks_ca_file=settings.jwks_ca_file,
         xff_num_trusted_hops=settings.xff_num_trusted_hops,
         backends=backend_policy(settings),
+        access_log=None if settings.access_log == "off" else settings.access_log,
+        access_log_otlp_endpoint=settings.access_log_otlp_endpoint,
     )
 
 

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator
 from meshplane.model.access import Authentication, Cors, RateLimit, Scope
 from meshplane.model.base import WireModel
 from meshplane.model.meta import Name, Placement, check_name
+from meshplane.model.shaping import Shaping
 from meshplane.model.upstream import (
     BackendCredential,
     BackendTLS,
@@ -167,6 +168,8 @@ class Operation(WireModel):
     """The longest a request may last, whatever flows; `none`: no limit. Default: the API's."""
     retries: RetryPolicy | None = None
     """Default: the API's."""
+    shaping: Shaping | None = None
+    """Replaces the API's shaping part by part (see `model.shaping`)."""
 
 
 class BackendProtocol(StrEnum):
@@ -218,6 +221,8 @@ class APISpec(WireModel):
     cors: Cors | None = None
     rate_limit: RateLimit | None = None
     """The API's own limit, for all callers together."""
+    shaping: Shaping | None = None
+    """Header changes, URL rewrite, redirect, mirror or direct response on every route of the API."""
     placement: Placement = Field(default_factory=Placement)
     gateways: list[Name] = Field(default_factory=list)
     """Gateways of the project whose listeners serve the API; empty: the cluster's default HTTP listener."""

@@ -3,7 +3,7 @@
 The filter chain is the same whatever the catalog, since a listener change drains every open connection:
 what changes with APIs, keys and applications reaches the filters as their discovered config (ECDS, see
 `extensions`) or as per-route config.
-  header_mutation   drops identity headers a caller sent, so only the gateway sets them
+  header_mutation   drops identity headers a caller sent, so only the gateway sets them (and logs them)
   cors              answers preflights and decorates responses, per route
   jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route; discovered
   ext_authz         the enforcer, for opaque keys, enabled per route (when the agent has an enforcer)

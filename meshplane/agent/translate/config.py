@@ -40,6 +40,10 @@ class GatewaySettings:
     """Proxies of the operator's in front of the gateway whose x-forwarded-for entries are trusted."""
     backends: BackendPolicy = field(default_factory=BackendPolicy)
     """What APIs may make the gateway reach here (see `targets`); APIs that ask for more are refused."""
+    access_log: str | None = "stdout"
+    """Where each gateway writes its JSON access-log lines: "stdout", a file path on its host, or None (off)."""
+    access_log_otlp_endpoint: str | None = None
+    """host:port of an OTLP gRPC collector the gateways also send access logs to; None: no OTLP."""
 
 
 @dataclass(frozen=True)

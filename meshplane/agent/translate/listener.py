@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from envoy.config.accesslog.v3 import accesslog_pb2
 from envoy.config.listener.v3 import listener_components_pb2, listener_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
@@ -20,6 +21,7 @@ def gateway_listener(
     settings: GatewaySettings,
     filters: Sequence[hcm_pb2.HttpFilter] = (),
     local_reply: hcm_pb2.LocalReplyConfig | None = None,
+    access_logs: Sequence[accesslog_pb2.AccessLog] = (),
 ) -> listener_pb2.Listener:
     """The gateway's HTTP listener at the settings' address (see `connection_manager`)."""
     return listener_pb2.Listener(
@@ -29,7 +31,8 @@ def gateway_listener(
             listener_components_pb2.FilterChain(
                 filters=[
                     listener_components_pb2.Filter(
-                        name=HCM_FILTER, typed_config=packed(connection_manager(settings, filters, local_reply))
+                        name=HCM_FILTER,
+                        typed_config=packed(connection_manager(settings, filters, local_reply, access_logs)),
                     )
                 ]
             )
@@ -41,12 +44,13 @@ def connection_manager(
     settings: GatewaySettings,
     filters: Sequence[hcm_pb2.HttpFilter] = (),
     local_reply: hcm_pb2.LocalReplyConfig | None = None,
+    access_logs: Sequence[accesslog_pb2.AccessLog] = (),
 ) -> hcm_pb2.HttpConnectionManager:
     """The HTTP connection manager of every gateway listener. Paths are normalized and slashes merged before
     matching, so `/orders/../admin` or `//admin` cannot reach a route meant for something else; the port in
     Host is ignored when picking a virtual host.
     `filters` (checks and limits) run in order before the router; they must not change with the catalog,
-    since a listener change drains every open connection.
+    since a listener change drains every open connection. `access_logs` write a line per request.
 
     The gateway is the edge: the client address is the connection's peer (or, behind `xff_num_trusted_hops`
     proxies of the operator's, the address the outermost of them appended), which is what the upstream finds
@@ -65,6 +69,7 @@ def connection_manager(
     )
     if local_reply is not None:
         manager.local_reply_config.CopyFrom(local_reply)
+    manager.access_log.extend(access_logs)
     return manager
 
 

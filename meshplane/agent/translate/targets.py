@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from meshplane.agent.translate.apis import Api
+from meshplane.model.shaping import MirrorBackend
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -95,6 +96,10 @@ def api_refusal(api: Api, policy: BackendPolicy) -> str | None:
         reason = policy.refusal(backend.host, backend.port)
         if reason is not None:
             return f"backends[{index}]: {reason}"
+    for path, mirror in mirror_backends(api):
+        reason = policy.refusal(mirror.host, mirror.port)
+        if reason is not None:
+            return f"{path}: {reason}"
     auth = api.spec.authentication
     if auth is not None and auth.jwt is not None and auth.jwt.jwks_uri is not None:
         parts = urlsplit(str(auth.jwt.jwks_uri))
@@ -102,6 +107,17 @@ def api_refusal(api: Api, policy: BackendPolicy) -> str | None:
         if reason is not None:
             return f"authentication.jwt.jwksUri: {reason}"
     return None
+
+
+def mirror_backends(api: Api) -> list[tuple[str, MirrorBackend]]:
+    """Every mirror an API names, with the field path it is named at (for refusals)."""
+    found = []
+    if api.spec.shaping is not None and api.spec.shaping.request_mirror is not None:
+        found.append(("shaping.requestMirror.backend", api.spec.shaping.request_mirror.backend))
+    for index, op in enumerate(api.spec.operations):
+        if op.shaping is not None and op.shaping.request_mirror is not None:
+            found.append((f"operations[{index}].shaping.requestMirror.backend", op.shaping.request_mirror.backend))
+    return found
 
 
 def _ip(name: str) -> IpAddress | None:

@@ -21,7 +21,9 @@ from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
+from meshplane.agent.translate.shaping import ShapingPlan
 from meshplane.agent.translate.targets import api_refusal
+from meshplane.agent.translate.telemetry import access_log_clusters, access_logs, name_route
 from meshplane.model.gateways import TLSCertificateSpec
 from meshplane.model.kinds import Operation
 from meshplane.model.resource import Resource
@@ -94,8 +96,11 @@ def translate_apis(
         raise TypeError("translate_apis needs `now` with entitlements: which keys have run out depends on it")
     access = AccessPlan.of(views, settings, entitlements, now)
     limits = LimitPlan.of(views, settings, entitlements)
+    shaping = ShapingPlan()
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        name_route(api, op, route)
+        shaping.decorate(api, op, route)
         access.decorate(api, op, route)
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
@@ -103,7 +108,7 @@ def translate_apis(
     filters = [*access.filters(), *limits.filters()]
 
     def listener_for(listener_settings: GatewaySettings) -> listener_pb2.Listener:
-        return gateway_listener(listener_settings, filters, access.local_reply())
+        return gateway_listener(listener_settings, filters, access.local_reply(), access_logs(listener_settings))
 
     def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
         return route_configuration(name, served, decorate, access.preflight_route)
@@ -113,8 +118,8 @@ def translate_apis(
     named = gateway_resources(gateways, certificates or {}, views, settings, listener_for, routes_for)
     listeners.extend(named.listeners)
     routes.extend(named.routes)
-    clusters = [*access.clusters, *limits.clusters()]
-    endpoints = []
+    clusters = [*access.clusters, *limits.clusters(), *shaping.clusters.values(), *access_log_clusters(settings)]
+    endpoints = list(shaping.endpoints.values())
     secrets = []
     for api in views:
         proxyless = proxyless_resources(api)
@@ -130,7 +135,7 @@ def translate_apis(
                 secrets.append(credential_secret(cluster.name, backend.credential))
             ref = backend.tls.client_certificate_ref if backend.tls is not None else None
             held = (certificates or {}).get(f"{api.project}/{ref}") if ref is not None else None
-            if ref is not None and held is not None and (secret := certificate_secret(api.project, ref, held)):
+            if isinstance(held, TLSCertificateSpec) and (secret := certificate_secret(api.project, ref or "", held)):
                 secrets.append(secret)
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),

@@ -52,6 +52,7 @@ def test_example_api() -> None:
     assert manager.rds.config_source.HasField("ads")
     assert manager.rds.config_source.resource_api_version == config_source_pb2.ApiVersion.V3
     router = manager.http_filters[-1]
+    assert manager.http_filters[0].name == "envoy.filters.http.header_mutation"
     assert router.name == "envoy.filters.http.router"
     assert router.typed_config.Is(router_pb2.Router.DESCRIPTOR)
 

@@ -1,0 +1,101 @@
+"""Per-API request, error and latency figures, read from a gateway's Envoy stats.
+
+Each API's routes count under `vhost.<virtual host>.route.api.<project>.<name>.` (see
+`translate.telemetry`); an API on several virtual hosts (hostnames) is summed over them. The counts are
+of requests the gateway sent upstream, so a 5xx ratio is the backends' (and the gateway's own upstream
+failures: no healthy host, timeouts); answers given before a request goes upstream (401, 403, 429,
+direct responses) are not in them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from meshplane.agent.translate.telemetry import STAT_PREFIX
+from meshplane.config import split_address
+
+_API_ROUTE = rf"^vhost\..+\.route\.{STAT_PREFIX}\.(?P<project>[a-z0-9-]+)\.(?P<name>[a-z0-9-]+)\."
+_COUNTER = re.compile(_API_ROUTE + r"upstream_rq_(?P<what>total|[1-5]xx)$")
+_LATENCY = re.compile(_API_ROUTE + r"upstream_rq_time$")
+STATS_FILTER = rf"\.route\.{STAT_PREFIX}\."
+QUANTILES = {50.0: "p50", 99.0: "p99"}
+ADMIN_TIMEOUT = 2.0
+"""Seconds a read of Envoy's stats may take: its admin answers from memory."""
+
+
+@dataclass
+class ApiFigures:
+    """Since the gateway started: requests sent upstream, by status class, and latency quantiles in ms
+    (the worst over the API's virtual hosts; absent until Envoy has flushed its histograms once)."""
+
+    requests: int = 0
+    by_class: dict[str, int] = field(default_factory=dict)
+    latency_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return self.by_class.get("5xx", 0)
+
+    @property
+    def error_ratio(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "errorRatio": self.error_ratio,
+            "byClass": dict(sorted(self.by_class.items())),
+            "latencyMs": self.latency_ms,
+        }
+
+
+def api_figures(stats: dict[str, Any]) -> dict[str, ApiFigures]:
+    """The figures per API (`project/name`) in Envoy's `/stats?format=json` answer."""
+    figures: dict[str, ApiFigures] = {}
+    for entry in stats.get("stats", []):
+        if "name" in entry:
+            _count(figures, entry["name"], entry.get("value", 0))
+        elif "histograms" in entry:
+            _latencies(figures, entry["histograms"])
+    return dict(sorted(figures.items()))
+
+
+def _count(figures: dict[str, ApiFigures], name: str, value: int) -> None:
+    match = _COUNTER.match(name)
+    if match is None:
+        return
+    api = figures.setdefault(f"{match['project']}/{match['name']}", ApiFigures())
+    if match["what"] == "total":
+        api.requests += value
+    else:
+        api.by_class[match["what"]] = api.by_class.get(match["what"], 0) + value
+
+
+def _latencies(figures: dict[str, ApiFigures], histograms: dict[str, Any]) -> None:
+    quantiles = histograms.get("supported_quantiles", [])
+    for histogram in histograms.get("computed_quantiles", []):
+        match = _LATENCY.match(histogram.get("name", ""))
+        if match is None:
+            continue
+        api = figures.setdefault(f"{match['project']}/{match['name']}", ApiFigures())
+        for quantile, value in zip(quantiles, histogram.get("values", []), strict=False):
+            label = QUANTILES.get(float(quantile))
+            cumulative = value.get("cumulative")
+            if label is not None and cumulative is not None:
+                api.latency_ms[label] = max(api.latency_ms.get(label, 0.0), float(cumulative))
+
+
+async def read_api_figures(envoy_admin: str) -> dict[str, ApiFigures]:
+    """The figures of the gateway whose Envoy admin is at `envoy_admin` (host:port); raises httpx.HTTPError
+    when it cannot be read."""
+    host, port = split_address(envoy_admin)
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT) as client:
+        response = await client.get(f"http://{authority}/stats", params={"format": "json", "filter": STATS_FILTER})
+        response.raise_for_status()
+        return api_figures(response.json())
