@@ -351,11 +351,12 @@ def test_one_app_in_two_logical_clouds_keeps_its_clients_apart(mesh: Mesh) -> No
 
 def test_one_app_twice_in_one_logical_cloud_keeps_each_intent_to_its_own_port(mesh: Mesh) -> None:
     """orders' pods in the retail cloud serve two intents: orders (8080, STRICT, cart) and orders-admin (9090,
-    PERMISSIVE, reports and plaintext partners of the range). No two of their objects share a name, each
-    declared client reaches its own service and is refused the other's, and each intent's mTLS mode holds on
-    its own port: a plaintext caller reaches orders-admin but cannot connect to orders. Failed on the old render
-    (here and in test_strict_refuses_a_caller_without_a_sidecar): each intent had a PeerAuthentication for the
-    same pods, Istio honoured the oldest, orders-admin's PERMISSIVE, and the plaintext caller got orders' 403."""
+    PERMISSIVE, reports and plaintext partners of the range). Their objects share a name only where both render
+    one object alike (the namespace's east-west Gateway, the pods' PeerAuthentication), each declared client
+    reaches its own service and is refused the other's, and each intent's mTLS mode holds on its own port: a
+    plaintext caller reaches orders-admin but cannot connect to orders. Failed on the old render (here and in
+    test_strict_refuses_a_caller_without_a_sidecar): each intent had a PeerAuthentication for the same pods,
+    Istio honoured the oldest, orders-admin's PERMISSIVE, and the plaintext caller got orders' 403."""
     both = [i for i in mesh.fleet.service_intents if i.metadata.name in ("orders", "orders-admin")]
     for cluster in (SERVER, REMOTE):
         by_key: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
