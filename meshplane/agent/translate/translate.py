@@ -83,7 +83,9 @@ def translate_apis(
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
 
-    listeners = [gateway_listener(settings, [*access.filters(), *limits.filters()], access.local_reply())]
+    # The same for every gateway listener: from the settings alone (see `listener.connection_manager`).
+    chain, local_reply = [*access.filters(), *limits.filters()], access.local_reply()
+    listeners = [gateway_listener(settings, chain, local_reply)]
     routes = [route_configuration(settings.route_config_name, views, decorate, access.preflight_route)]
     clusters = [*access.clusters, *limits.clusters()]
     endpoints = []

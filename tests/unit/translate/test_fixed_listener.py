@@ -90,6 +90,9 @@ CHANGES: dict[str, Change] = {
             rateLimit={"requestsPerUnit": 3, "unit": "second", "scope": "global"},
         ),
     ),
+    "API backend changed": lambda apis, held: apis.__setitem__(
+        1, api("open", basePath="/open", backends=[backend(port=9002, timeout="3s")])
+    ),
     "API removed": lambda apis, held: apis.pop(0),
     "every API removed": lambda apis, held: apis.clear(),
 }
