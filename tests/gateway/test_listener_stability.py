@@ -3,7 +3,8 @@ drained or closed by the gateway, every request answered as the catalog said at 
 bucket keeps its count across changes that are not about it.
 
 Real processes on loopback: the server, an agent with its rate limiter on a real Redis, one Envoy, an
-upstream; callers on kept-alive connections send requests throughout.
+upstream; callers on kept-alive connections send requests throughout, two of them callers the changes
+concern (a key revoked, an application subscribed).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from meshplane_testing import documents
 from meshplane_testing.access_fleet import ISSUER, PROJECT, data_plane, issue
 from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.identity import IdentityProvider
 from meshplane_testing.meshplane import AgentProcess, run_server
@@ -50,6 +52,10 @@ class Fleet:
     api: httpx.Client
     port: int
     key: str
+    doomed: dict[str, str]
+    """A key of the subscribed application that one of the changes revokes: its id and the key."""
+    late: str
+    """A key of an application that one of the changes subscribes."""
     idp: IdentityProvider
 
     def stats(self) -> dict[str, int]:
@@ -71,11 +77,18 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -
         put(api, documents.api("keyed", backends=[documents.backend(port)], authentication=SIGNED))
         put(api, documents.application("good"))
         put(api, documents.subscription("good-keyed", application="good", api="keyed", plan="gold"))
-        key = issue(api, "good")["key"]
+        put(api, documents.application("late"))
+        key, doomed, late = issue(api, "good")["key"], issue(api, "good"), issue(api, "late")["key"]
         gateway = Gateway(agent.gateway_port)
-        gateway.wait_for("/keyed/x", status(200), headers={"x-api-key": key}, timeout=30)
-        yield Fleet(agent, envoy, gateway, api, port, key, IdentityProvider(ISSUER, "users"))
+        for ready in (key, doomed["key"]):
+            gateway.wait_for("/keyed/x", status(200), headers={"x-api-key": ready}, timeout=30)
+        gateway.wait_for("/keyed/x", status(403), headers={"x-api-key": late})
+        yield Fleet(agent, envoy, gateway, api, port, key, doomed, late, IdentityProvider(ISSUER, "users"))
         gateway.close()
+
+
+SUBSCRIBED_AT, REVOKED_AT = 48, 51
+"""The changes that subscribe the late application and revoke the doomed key (a subscription, a revocation)."""
 
 
 def _catalog_changes(fleet: Fleet) -> list[Callable[[int], None]]:
@@ -83,8 +96,10 @@ def _catalog_changes(fleet: Fleet) -> list[Callable[[int], None]]:
     api = fleet.api
 
     def subscription(i: int) -> None:
-        put(api, documents.application(f"app-{i}"))
-        put(api, documents.subscription(f"app-{i}-keyed", application=f"app-{i}", api="keyed", plan="silver"))
+        app = "late" if i == SUBSCRIBED_AT else f"app-{i}"
+        if app != "late":
+            put(api, documents.application(app))
+        put(api, documents.subscription(f"{app}-keyed", application=app, api="keyed", plan="silver"))
 
     def plan_limit(i: int) -> None:
         target = {"kind": "SubscriptionPlan", "name": "silver"}
@@ -98,7 +113,7 @@ def _catalog_changes(fleet: Fleet) -> list[Callable[[int], None]]:
         issue(api, "good")
 
     def revocation(i: int) -> None:
-        revoked = issue(api, "good")
+        revoked = fleet.doomed if i == REVOKED_AT else issue(api, "good")
         api.delete(f"/v1/projects/{PROJECT}/applications/good/keys/{revoked['id']}").raise_for_status()
 
     def signing_key_rotation(i: int) -> None:
@@ -118,25 +133,33 @@ def _catalog_changes(fleet: Fleet) -> list[Callable[[int], None]]:
 
 
 def test_a_hundred_catalog_changes_under_load_leave_the_listener_and_connections_alone(fleet: Fleet) -> None:
-    answers: list[tuple[str, int]] = []
+    """Callers that the changes leave alone are answered 200 throughout; the caller whose key is revoked
+    is answered 200 until it is, then 401; the one whose application is subscribed 403, then 200."""
+    steady = [("/steady/x", {}), ("/keyed/x", {"x-api-key": fleet.key})]
+    calls = {
+        **{f"steady-{n}": steady for n in range(CALLERS)},
+        "doomed": [("/keyed/x", {"x-api-key": fleet.doomed["key"]})],
+        "late": [("/keyed/x", {"x-api-key": fleet.late})],
+    }
+    answers: dict[str, list[int]] = {name: [] for name in calls}
     failures: list[str] = []
     stop = threading.Event()
 
-    def caller() -> None:
+    def caller(name: str) -> None:
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
         with httpx.Client(base_url=f"http://127.0.0.1:{fleet.agent.gateway_port}", timeout=5, limits=limits) as client:
             while not stop.is_set():
-                for path, headers in (("/steady/x", {}), ("/keyed/x", {"x-api-key": fleet.key})):
+                for path, headers in calls[name]:
                     try:
-                        answers.append((path, client.get(path, headers=headers).status_code))
+                        answers[name].append(client.get(path, headers=headers).status_code)
                     except httpx.TransportError as exc:
-                        failures.append(f"{path}: {exc!r}")
+                        failures.append(f"{name} {path}: {exc!r}")
                 time.sleep(0.005)
 
-    callers = [threading.Thread(target=caller) for _ in range(CALLERS)]
+    callers = [threading.Thread(target=caller, args=(name,)) for name in calls]
     for thread in callers:
         thread.start()
-    time.sleep(0.3)  # every caller has its connection open before the first change
+    eventually(lambda: all(answers.values()), timeout=10, what="every caller's first answer")  # connections open
     before = fleet.stats()
     changes = _catalog_changes(fleet)
     try:
@@ -159,11 +182,26 @@ def test_a_hundred_catalog_changes_under_load_leave_the_listener_and_connections
     after = {**fleet.stats(), "http.gateway.downstream_cx_total": made["http.gateway.downstream_cx_total"]}
 
     assert not failures, failures[:5]
-    assert len(answers) > 200, "too little traffic to say anything"
-    assert {code for _, code in answers} == {200}, {
-        code: sum(1 for _, c in answers if c == code) for _, code in answers
-    }
+    unchanged = [code for name in calls if name.startswith("steady") for code in answers[name]]
+    assert len(unchanged) > 200, "too little traffic to say anything"
+    assert set(unchanged) == {200}, {code: unchanged.count(code) for code in set(unchanged)}
+    assert _one_switch(answers["doomed"], 200, 401), _runs(answers["doomed"])
+    assert _one_switch(answers["late"], 403, 200), _runs(answers["late"])
     assert {name: after[name] - before[name] for name in LISTENER_STATS} == dict.fromkeys(LISTENER_STATS, 0)
+
+
+def _one_switch(codes: list[int], first: int, then: int) -> bool:
+    """Answered `first`, then `then` from some point on and never `first` again."""
+    switched = codes.index(then) if then in codes else len(codes)
+    return bool(codes) and codes[0] == first and set(codes[:switched]) == {first} and set(codes[switched:]) == {then}
+
+
+def _runs(codes: list[int]) -> list[tuple[int, int]]:
+    """(code, how many in a row), to show in a failure."""
+    runs: list[tuple[int, int]] = []
+    for code in codes:
+        runs[-1:] = [(code, runs[-1][1] + 1)] if runs and runs[-1][0] == code else [*runs[-1:], (code, 1)]
+    return runs
 
 
 def test_a_local_bucket_keeps_its_count_across_unrelated_changes(fleet: Fleet) -> None:

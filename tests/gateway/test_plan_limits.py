@@ -16,7 +16,7 @@ import pytest
 
 from meshplane_testing import documents
 from meshplane_testing.access_fleet import data_plane, issue
-from meshplane_testing.gateway import Gateway
+from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.meshplane import run_server
 from meshplane_testing.north import put
 from meshplane_testing.redis import RedisServer
@@ -84,3 +84,17 @@ def test_the_strictest_of_a_plans_policies_holds(fleet: Fleet, row: str) -> None
     allowed = answers.count(200)
     assert 2 <= allowed <= 3, answers
     assert answers == [200] * allowed + [429] * (8 - allowed), answers
+
+
+def test_a_new_subscriber_to_a_locally_limited_plan_gets_its_own_bucket_and_resets_no_one(fleet: Fleet) -> None:
+    path, name = "/two-local/x", "two-local"
+    fleet.gateway.wait_for(path, status(429), headers={"x-api-key": fleet.key}, timeout=30)  # spent
+
+    put(fleet.api, documents.application("second"))
+    put(fleet.api, documents.subscription(f"second-{name}", application="second", api=name, plan=name))
+    second = {"x-api-key": issue(fleet.api, "second")["key"]}
+    fleet.gateway.wait_for(path, status(200), headers=second, timeout=30)
+    answers = [fleet.gateway.request("GET", path, second).status_code for _ in range(4)]
+
+    assert answers == [200, 200, 429, 429], answers
+    assert fleet.gateway.request("GET", path, {"x-api-key": fleet.key}).status_code == 429, "a bucket started again"

@@ -66,11 +66,12 @@ class KeyRecord:
 
 @dataclass(frozen=True)
 class Limits:
-    """The limits that apply to one API: its own, per operation, and per application (its plan's, every
-    policy that limits the plan)."""
+    """The limits that apply to one API: its own, per operation, per plan (every policy that limits the
+    plan, subscribed to or not), and per subscribed application (its plan's)."""
 
     api: list[RateLimit] = field(default_factory=list)
     operations: dict[tuple[str, str], list[RateLimit]] = field(default_factory=dict)
+    plans: dict[str, list[RateLimit]] = field(default_factory=dict)
     applications: dict[str, list[RateLimit]] = field(default_factory=dict)
 
 
@@ -162,6 +163,7 @@ class Entitlements:
                 limits.operations.setdefault(op, []).append(spec.limit())
             elif target.kind is TargetKind.SUBSCRIPTION_PLAN and target.api in (None, api):
                 plans[target.name].append(spec.limit())
+        limits.plans.update(sorted(plans.items()))
         for grant in self.grants(project, api):
             if grant.plan in plans:
                 limits.applications[grant.application] = plans[grant.plan]

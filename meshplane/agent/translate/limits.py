@@ -2,8 +2,11 @@
 ratelimit filter and the rate limiter's RateLimitConfig.
 
 Each route lists the descriptors its requests produce (stage 0 for the global filter, stage 1 for the
-local one): `api`, `api + operation`, `api + application` (the caller, from its verified key). One filter
-per scope holds every bucket, so an API's limit is shared by all of its routes. Several limits on the
+local one): `api`, `api + operation`, and for the caller's plan `api + application` (global: the caller
+from its verified key, one entry per subscribed application) or `api + plan + application` (local: the
+plan from the check that let the caller in, the application a wildcard, so Envoy makes a bucket per
+caller and subscriptions do not change the config). One filter per scope holds every bucket, so an
+API's limit is shared by all of its routes. Several limits on the
 same thing and scope keep the strictest; limits of different scopes all apply.
 
 Both filters are always in the chain (the global one when the agent has a rate limiter), so the listener
@@ -44,6 +47,9 @@ LOCAL_RATELIMIT = "envoy.filters.http.local_ratelimit"
 GLOBAL_RATELIMIT = "envoy.filters.http.ratelimit"
 RATELIMITER_CLUSTER = "meshplane.ratelimiter"
 GLOBAL_STAGE, LOCAL_STAGE = 0, 1
+DESCRIPTOR_PLAN = "plan"
+LOCAL_CALLERS = 100_000
+"""Callers of a locally limited plan whose buckets each gateway keeps (the least recently seen go first)."""
 _UNITS = {
     RateUnit.SECOND: rls_conf_pb2.SECOND,
     RateUnit.MINUTE: rls_conf_pb2.MINUTE,
@@ -62,10 +68,21 @@ class ApiLimits:
 
     api: RateLimit | None = None
     operations: dict[tuple[str, str], RateLimit] = field(default_factory=dict)
+    plans: dict[str, RateLimit] = field(default_factory=dict)
+    """Local only: each caller of the plan gets its own bucket."""
     applications: dict[str, RateLimit] = field(default_factory=dict)
+    """Global only: the rate limiter is told each subscribed application."""
 
     def __bool__(self) -> bool:
-        return self.api is not None or bool(self.operations) or bool(self.applications)
+        return self.api is not None or bool(self.operations) or bool(self.plans) or bool(self.applications)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Where a verified caller's application and plan are in dynamic metadata: (filter namespace, path)."""
+
+    application: tuple[str, list[str]]
+    plan: tuple[str, list[str]]
 
 
 @dataclass
@@ -73,8 +90,8 @@ class LimitPlan:
     settings: GatewaySettings
     local: dict[tuple[str, str], ApiLimits] = field(default_factory=dict)
     shared: dict[tuple[str, str], ApiLimits] = field(default_factory=dict)
-    identity: dict[tuple[str, str], tuple[str, list[str]]] = field(default_factory=dict)
-    """Where each API's caller is named in dynamic metadata: (filter namespace, path)."""
+    identity: dict[tuple[str, str], Caller] = field(default_factory=dict)
+    """Where each API's caller is named, for the APIs with keys."""
 
     @classmethod
     def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements) -> LimitPlan:
@@ -95,12 +112,13 @@ class LimitPlan:
         qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
         if auth is not None and auth.api_key is not None:
             caller = (
-                (EXT_AUTHZ, [DESCRIPTOR_APPLICATION])
+                Caller((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
                 if auth.api_key.mode is KeyMode.OPAQUE
-                else (JWT, [KEY_PAYLOAD, "sub"])
+                else Caller((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
             )
         elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
-            caller, qualified = (RBAC, [CLIENT_POLICY_KEY]), False
+            caller = Caller((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
+            qualified = False
         if caller is not None:
             self.identity[api.key] = caller
         for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
@@ -111,10 +129,18 @@ class LimitPlan:
                     for key, candidates in sorted(operations.items())
                     if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
                 },
+                plans={
+                    plan: chosen
+                    for plan, candidates in found.plans.items()
+                    if caller is not None
+                    and scope is LimitScope.LOCAL
+                    and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
+                },
                 applications={
                     (f"{api.project}/{app}" if qualified else app): chosen
                     for app, candidates in sorted(found.applications.items())
                     if caller is not None
+                    and scope is LimitScope.GLOBAL
                     and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
                 },
             )
@@ -149,8 +175,9 @@ class LimitPlan:
                 descriptors.append(_local_descriptor([api], limits.api))
             for (method, path), limit in limits.operations.items():
                 descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_OPERATION, f"{method} {path}")], limit))
-            for app, limit in limits.applications.items():
-                descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_APPLICATION, app)], limit))
+            for plan, limit in limits.plans.items():
+                any_caller = _entry(DESCRIPTOR_APPLICATION, "")  # a wildcard: a bucket per application
+                descriptors.append(_local_descriptor([api, _entry(DESCRIPTOR_PLAN, plan), any_caller], limit))
         return descriptors
 
     def _global_filter(self) -> rate_limit_pb2.RateLimit:
@@ -186,19 +213,15 @@ class LimitPlan:
                 action.rate_limits.append(
                     route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, what])
                 )
-            if limits.applications:
-                namespace, path = self.identity[api.key]
-                caller = route_components_pb2.RateLimit.Action(
-                    metadata=route_components_pb2.RateLimit.Action.MetaData(
-                        descriptor_key=DESCRIPTOR_APPLICATION,
-                        metadata_key=metadata_pb2.MetadataKey(
-                            key=namespace, path=[metadata_pb2.MetadataKey.PathSegment(key=key) for key in path]
-                        ),
-                        source=route_components_pb2.RateLimit.Action.MetaData.DYNAMIC,
-                    )
-                )
+            caller = self.identity.get(api.key)
+            per_caller = limits.plans if stage == LOCAL_STAGE else limits.applications
+            if caller is not None and per_caller:
+                plan = [_from_metadata(DESCRIPTOR_PLAN, *caller.plan)] if stage == LOCAL_STAGE else []
+                who = _from_metadata(DESCRIPTOR_APPLICATION, *caller.application)
                 action.rate_limits.append(
-                    route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, caller])
+                    route_components_pb2.RateLimit(
+                        stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, *plan, who]
+                    )
                 )
 
     def ratelimit_config(self) -> rls_conf_pb2.RateLimitConfig:
@@ -228,6 +251,7 @@ def _local_filter(descriptors: list[common_pb2.LocalRateLimitDescriptor]) -> loc
         filter_enabled=_always("local_rate_limit_enabled"),
         filter_enforced=_always("local_rate_limit_enforced"),
         descriptors=descriptors,
+        max_dynamic_descriptors=wrappers_pb2.UInt32Value(value=LOCAL_CALLERS),
         stage=LOCAL_STAGE,
         enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
     )
@@ -235,6 +259,19 @@ def _local_filter(descriptors: list[common_pb2.LocalRateLimitDescriptor]) -> loc
 
 def _entry(key: str, value: str) -> common_pb2.RateLimitDescriptor.Entry:
     return common_pb2.RateLimitDescriptor.Entry(key=key, value=value)
+
+
+def _from_metadata(descriptor_key: str, namespace: str, path: list[str]) -> route_components_pb2.RateLimit.Action:
+    """A descriptor entry from a filter's dynamic metadata; absent, the request produces no descriptor."""
+    return route_components_pb2.RateLimit.Action(
+        metadata=route_components_pb2.RateLimit.Action.MetaData(
+            descriptor_key=descriptor_key,
+            metadata_key=metadata_pb2.MetadataKey(
+                key=namespace, path=[metadata_pb2.MetadataKey.PathSegment(key=key) for key in path]
+            ),
+            source=route_components_pb2.RateLimit.Action.MetaData.DYNAMIC,
+        )
+    )
 
 
 def _generic(key: str, value: str) -> route_components_pb2.RateLimit.Action:

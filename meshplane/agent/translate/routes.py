@@ -80,7 +80,7 @@ def _api_routes(
             if path:
                 extra.name = f"{extra.name} {path}"
             key = (-len(base.segments), base.specificity(), api.spec.base_path, pattern.specificity(), False)
-            routes.append(((*key, path, "OPTIONS", api.project, api.name), extra))
+            routes.append(((*key, path, "", api.project, api.name), extra))  # before an OPTIONS operation
     return routes
 
 

@@ -105,10 +105,11 @@ def translate_apis(
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
 
-    filters = [*access.filters(), *limits.filters()]
+    # The same for every gateway listener: from the settings alone (see `listener.connection_manager`).
+    chain, local_reply = [*access.filters(), *limits.filters()], access.local_reply()
 
     def listener_for(listener_settings: GatewaySettings) -> listener_pb2.Listener:
-        return gateway_listener(listener_settings, filters, access.local_reply(), access_logs(listener_settings))
+        return gateway_listener(listener_settings, chain, local_reply, access_logs(listener_settings))
 
     def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
         return route_configuration(name, served, decorate, access.preflight_route)

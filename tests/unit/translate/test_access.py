@@ -326,7 +326,7 @@ def test_an_api_with_operations_answers_preflights_for_its_own_paths_only() -> N
     )
     preflight = routes(config)["shop/orders preflight /items"]
 
-    assert list(routes(config)) == ["shop/orders GET /items", "shop/orders preflight /items", "shop/orders POST /items"]
+    assert list(routes(config)) == ["shop/orders preflight /items", "shop/orders GET /items", "shop/orders POST /items"]
     assert preflight.match.path == "/orders/items"
     assert "envoy.filters.http.jwt_authn" not in preflight.typed_per_filter_config
 
@@ -340,3 +340,16 @@ def test_the_revoked_list_leaves_out_keys_whose_signature_no_longer_passes() -> 
     )
 
     assert held.refused_key_ids(NOW) == ["k-revoked", "k-revoked-runs-later", "k-rotated"]
+
+
+def test_a_preflight_route_goes_before_an_options_operation_of_the_same_path() -> None:
+    spec = {"operations": [{"method": "OPTIONS", "path": "/items"}, {"method": "GET", "path": "/items"}]}
+    config = translate_apis(
+        [orders(cors={"allowOrigins": ["https://app.example"]}, **spec)], SERVICES, entitlements(), NOW
+    )
+
+    assert list(routes(config)) == [
+        "shop/orders preflight /items",
+        "shop/orders GET /items",
+        "shop/orders OPTIONS /items",
+    ]

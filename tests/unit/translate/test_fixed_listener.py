@@ -45,6 +45,9 @@ CHANGES: dict[str, Change] = {
         obj("Subscription", "web-orders", {"application": "mobile", "api": "open", "plan": "silver"})
     ),
     "application": lambda apis, held: held.append(application("web")),
+    "subscription on a limited plan": lambda apis, held: held.extend(
+        [application("web"), obj("Subscription", "web-orders", {"application": "web", "api": "orders", "plan": "gold"})]
+    ),
     "local plan limit": lambda apis, held: held.append(plan_limit(5)),
     "global plan limit": lambda apis, held: held.append(plan_limit(5, "global")),
     "key": lambda apis, held: held.append(key("k-new", "mobile")),
@@ -87,6 +90,9 @@ CHANGES: dict[str, Change] = {
             rateLimit={"requestsPerUnit": 3, "unit": "second", "scope": "global"},
         ),
     ),
+    "API backend changed": lambda apis, held: apis.__setitem__(
+        1, api("open", basePath="/open", backends=[backend(port=9002, timeout="3s")])
+    ),
     "API removed": lambda apis, held: apis.pop(0),
     "every API removed": lambda apis, held: apis.clear(),
 }
@@ -104,3 +110,31 @@ def test_the_listener_is_byte_identical_across_catalog_changes(settings: Gateway
     assert gateway == [
         listener.SerializeToString(deterministic=True) for listener in after if listener.name == "gateway"
     ]
+
+
+UNRELATED_TO_LOCAL_LIMITS = [
+    "subscription",
+    "subscription on a limited plan",
+    "application",
+    "key",
+    "revocation",
+    "signing-key rotation",
+    "JWT provider",
+]
+
+
+@pytest.mark.parametrize("change", UNRELATED_TO_LOCAL_LIMITS)
+def test_local_buckets_live_in_a_config_only_local_limits_change(change: str) -> None:
+    """Envoy makes new local buckets when the local filter's config is replaced: subscriptions to a locally
+    limited plan (each caller gets a bucket of its own from a wildcard) and other changes leave it as is."""
+    apis, held = catalog()
+    held.append(plan_limit(5))
+    apis.append(
+        api("counted", basePath="/counted", backends=[backend()], rateLimit={"requestsPerUnit": 3, "unit": "minute"})
+    )
+    before = translate_apis(apis, SERVICES, Entitlements.of(held), NOW).extension_configs
+    CHANGES[change](apis, held)
+    after = translate_apis(apis, SERVICES, Entitlements.of(held), NOW).extension_configs
+
+    local = "envoy.filters.http.local_ratelimit"
+    assert [e for e in before if e.name == local] == [e for e in after if e.name == local]
