@@ -19,7 +19,7 @@ from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway
-from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.north import put
 from meshplane_testing.upstream import run_upstream, tls_context
 
@@ -34,6 +34,7 @@ STREAM = (4, 0.7)
 
 @dataclass
 class Fleet:
+    server: ServerProcess
     agent: AgentProcess
     envoy: EnvoyProcess
     gateway: Gateway
@@ -170,7 +171,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             operations = doc["spec"].get("operations") or [{"path": "/x"}]
             path = doc["spec"]["basePath"] + operations[0]["path"]
             gateway.wait_for(path, lambda r: r.status_code != 404, timeout=30)
-        yield Fleet(agent, envoy, gateway, rest, seen, sni, ports)
+        yield Fleet(server, agent, envoy, gateway, rest, seen, sni, ports)
 
 
 TLS_CASES = [
@@ -204,7 +205,7 @@ def test_the_backend_sees_the_injected_credential_instead_of_the_callers(fleet: 
     assert response.json()["headers"][header] == value
 
 
-def test_no_read_nor_dump_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
+def test_no_read_dump_or_log_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
     project = f"/v1/projects/{documents.PROJECT}"
     reads = {
         "api": fleet.rest.get(f"{project}/apis/cred-basic").text,
@@ -214,6 +215,9 @@ def test_no_read_nor_dump_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
     _, reads["envoy"] = fleet.envoy.admin("/config_dump?include_eds")
     with httpx.Client(timeout=5) as client:
         reads["agent"] = client.get(f"http://127.0.0.1:{fleet.agent.admin_port}/config_dump").text
+    reads.update(
+        server_log=fleet.server.process.log(), agent_log=fleet.agent.process.log(), envoy_log=fleet.envoy.log()
+    )
 
     assert "cred-basic" in reads["apis"] and "cred-bearer" in reads["agent"] and "credential.api" in reads["envoy"]
     for where, text in reads.items():
