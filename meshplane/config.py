@@ -115,6 +115,12 @@ class ServerSettings(ProcessSettings):
         description="Istio's trust domain (meshConfig.trustDomain) of every cluster: rendered principals begin with it",
     )
 
+    sealing_key_file: Path | None = Field(
+        default=None,
+        description="the 32-byte data key write-only fields are encrypted with (every replica the same); "
+        "default: data_dir/sealing/data-key, created",
+    )
+
     http_tls_cert: Path | None = Field(default=None, description="serve the north API over HTTPS with this certificate")
     http_tls_key: Path | None = Field(default=None, description="its key (with http_tls_cert)")
 

@@ -177,11 +177,12 @@ def run_server(
 
 @contextlib.contextmanager
 def run_replica(tmp_path: Path, first: ServerProcess, database_url: str, name: str) -> Iterator[ServerProcess]:
-    """Another replica of `first` on the same PostgreSQL store, with `first`'s CA and admin token, as
-    replicas share one Secret in a cluster (only the first replica writes a token)."""
+    """Another replica of `first` on the same PostgreSQL store, with `first`'s CA, admin token and data key
+    (given as `sealing_key_file`), as replicas share Secrets in a cluster (only the first writes a token)."""
     shutil.copytree(first.data_dir / "pki", tmp_path / name / "pki")
     shutil.copy(first.data_dir / "admin-token", tmp_path / name / "admin-token")
-    with run_server(tmp_path, database_url, name=name, https=first.https) as replica:
+    env = {"MESHPLANE_SEALING_KEY_FILE": str(first.data_dir / "sealing" / "data-key")}
+    with run_server(tmp_path, database_url, name=name, https=first.https, env=env) as replica:
         yield replica
 
 

@@ -7,7 +7,7 @@ whether it has a Kubernetes.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -17,6 +17,7 @@ from meshplane.agent.kube.desired import DesiredObject, ObjectKey
 from meshplane.agent.kube.operator import KubeOperator
 from meshplane.agent.kube.serviceaccount import in_pod
 from meshplane.agent.kube.services import ServiceKey, ServiceWatch
+from meshplane.agent.kube.tls_secrets import SecretKey, TLSPair, TLSSecretReader
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.agent.translate.service_backends import LocalServices
@@ -40,6 +41,8 @@ class KubeHooks(Protocol):
 
     async def services_changed(self, keys: set[ServiceKey] | None) -> None: ...
 
+    async def tls_secrets_changed(self) -> None: ...
+
 
 class Kubernetes(Protocol):
     def trigger(self) -> None:
@@ -47,6 +50,10 @@ class Kubernetes(Protocol):
 
     def services(self) -> LocalServices | None:
         """The cluster's services that API backends resolve with (None: not known)."""
+
+    def tls_secrets(self, wanted: Iterable[SecretKey]) -> tuple[Mapping[SecretKey, TLSPair], Mapping[SecretKey, str]]:
+        """The certificate and key of each wanted kubernetes.io/tls Secret as last read, and why the others
+        give none; Secrets not wanted before are read at once (`tls_secrets_changed` tells)."""
 
     def tasks(self) -> dict[str, Work]:
         """The tasks to run, by name."""
@@ -62,6 +69,9 @@ class NoKubernetes:
 
     def services(self) -> LocalServices | None:
         return None
+
+    def tls_secrets(self, wanted: Iterable[SecretKey]) -> tuple[Mapping[SecretKey, TLSPair], Mapping[SecretKey, str]]:
+        return {}, {key: "names a Secret, and this agent reads no Kubernetes" for key in wanted}
 
     def tasks(self) -> dict[str, Work]:
         return {}
@@ -99,6 +109,7 @@ class ClusterKubernetes:
             client, settings.cluster, _east_west_gateway(settings), self._services_changed, backoff=backoff
         )
         self.endpoint_sync = ServiceEndpointSync(channel, settings.cluster, self.watch.reportable, backoff=backoff)
+        self.secrets = TLSSecretReader(client, agent.tls_secrets_changed)
         self._agent = agent
 
     async def _services_changed(self, keys: set[ServiceKey] | None) -> None:
@@ -111,12 +122,20 @@ class ClusterKubernetes:
     def services(self) -> LocalServices | None:
         return self.watch.specs()
 
+    def tls_secrets(self, wanted: Iterable[SecretKey]) -> tuple[Mapping[SecretKey, TLSPair], Mapping[SecretKey, str]]:
+        wanted = set(wanted)
+        self.secrets.want(wanted)
+        pairs = {key: pair for key, pair in self.secrets.pairs.items() if key in wanted}
+        why = {key: self.secrets.problems.get(key, "has not been read yet") for key in wanted - pairs.keys()}
+        return pairs, why
+
     def tasks(self) -> dict[str, Work]:
         return {
             "kube-apply": self.applier.run,
             "kube-operator": self.operator.run,
             "kube-services": self.watch.run,
             "service-endpoints": self.endpoint_sync.run,
+            "kube-tls-secrets": self.secrets.run,
         }
 
     async def close(self) -> None:

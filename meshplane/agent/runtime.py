@@ -41,10 +41,12 @@ from meshplane.agent.translate.targets import BackendPolicy, ProtectedPort
 from meshplane.agent.translate.translate import api_views, refused_apis
 from meshplane.config import AgentSettings, split_address
 from meshplane.lifecycle import Backoff, HttpServer, Supervisor, retry_forever
+from meshplane.model.gateways import TLSCertificateSpec
 from meshplane.model.kinds import APISpec
 from meshplane.model.manifests import DELIVERED_TYPE_URLS, MANIFEST_TYPE, from_manifest
 from meshplane.model.registry import REGISTRY, Feed
 from meshplane.model.resource import InvalidObject, Resource
+from meshplane.model.sealed import SealedValue
 from meshplane.model.status import DeliveryState
 from meshplane.model.wire import from_message, resource_name
 from meshplane.observability.logging import get_logger
@@ -129,7 +131,8 @@ class Agent:
         return admin_app(self.holdings, self.gateway_cache, self.admin_token)
 
     def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
-        return refused_apis(apis, self.gateway_settings, self.kube.services())
+        gateways = [held for held in self.objects.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
+        return refused_apis(apis, self.gateway_settings, self.kube.services(), gateways)
 
     async def _publish(self, servable: Mapping[str, Mapping[str, Held]]) -> PublishOutcome:
         now = time.time()
@@ -141,9 +144,7 @@ class Agent:
         self._set_services(RATELIMITERS, limiter_feed(apis, self.gateway_settings, entitlements))
         self.key_expiry.move_to(entitlements.next_expiry(now))  # the gateways are told again then
         gateways = [held for held in servable.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
-        certificates = {
-            name: held.spec for name, held in servable.get(CERTIFICATE_TYPE, {}).items() if isinstance(held, Resource)
-        }
+        certificates = self._certificates(servable.get(CERTIFICATE_TYPE, {}))
         config = translate_apis(
             resources, self.gateway_settings, entitlements, now, self.kube.services(), gateways, certificates
         )
@@ -151,6 +152,30 @@ class Agent:
             log.warning("a gateway is served in part here", gateway=gateway, problem=problem)
         self._gateway_problems = config.gateway_problems
         return await self.publisher.publish(config)
+
+    def _certificates(self, held: Mapping[str, Held]) -> dict[str, TLSCertificateSpec | str]:
+        """The held certificates by name, those naming a Secret with what it holds (or why it gives none)."""
+        specs = {name: obj.spec for name, obj in held.items() if isinstance(obj, Resource)}
+        refs = {name: spec.secret_ref for name, spec in specs.items() if spec.secret_ref is not None}
+        pairs, missing = self.kube.tls_secrets({(ref.namespace, ref.name) for ref in refs.values()})
+        out: dict[str, TLSCertificateSpec | str] = {}
+        for name, spec in specs.items():
+            ref = refs.get(name)
+            if ref is None:
+                out[name] = spec
+            elif (pair := pairs.get((ref.namespace, ref.name))) is not None:
+                key = SealedValue(plaintext=pair.private_key)
+                out[name] = spec.model_copy(update={"certificate": pair.certificate, "private_key": key})
+            else:
+                out[name] = f"names Secret {ref.namespace}/{ref.name}, which {missing[ref.namespace, ref.name]}"
+        return out
+
+    async def tls_secrets_changed(self) -> None:
+        """What a Secret a certificate names holds changed: serve it."""
+        try:
+            await self.rebuild()
+        except Exception:  # a bug here must not stop the agent reading its Secrets
+            log.exception("serving the changed TLS Secrets failed")
 
     def _gateway_problems_changed(self, problems: Mapping[str, str]) -> dict[tuple[str, str], str]:
         """Held Gateways whose part not served here began, ended or changed since last reported."""

@@ -44,7 +44,7 @@ from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
-from meshplane.server.sealing import FileDataKey, Sealer
+from meshplane.server.sealing import Sealer, data_key_of
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
 from meshplane.store.errors import AlreadyExists
@@ -217,7 +217,7 @@ async def run_server(
     tokens = TokenService(store)
     configured = settings.admin_token.get_secret_value() if settings.admin_token else None
     await tokens.bootstrap(settings.data_dir / "admin-token", configured)
-    sealer = Sealer(FileDataKey(settings.data_dir / "sealing" / "data-key"))
+    sealer = Sealer(data_key_of(settings.sealing_key_file, settings.data_dir))
     cache = ResourceCache()
     projection = FleetProjection(cache, sealer.open)
     revoked = RevokedCertificates()

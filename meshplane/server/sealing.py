@@ -50,10 +50,11 @@ class DataKey(Protocol):
 
 
 class FileDataKey:
-    """AES-256-GCM under a 32-byte key kept in one file (mode 0600), made on first use."""
+    """AES-256-GCM under a 32-byte key kept in one file (mode 0600): made on first use when `create`, else
+    one given (a Secret every replica mounts) that must be there."""
 
-    def __init__(self, path: Path):
-        self._key = _load_or_make(path)
+    def __init__(self, path: Path, create: bool = True):
+        self._key = _load_or_make(path) if create else _load(path)
         self._cipher = AESGCM(self._key)
         self._hash_key = hashlib.sha256(b"meshplane sealed-value digest\0" + self._key).digest()
         self._id = hashlib.sha256(self._key).hexdigest()[:12]
@@ -76,21 +77,33 @@ class FileDataKey:
         return hmac.new(self._hash_key, plaintext, hashlib.sha256).digest()
 
 
+def _load(path: Path) -> bytes:
+    key = path.read_bytes()
+    if len(key) != 32:
+        raise ValueError(f"{path} does not hold a 32-byte data key")
+    return key
+
+
 def _load_or_make(path: Path) -> bytes:
     try:
-        key = path.read_bytes()
+        return _load(path)
     except FileNotFoundError:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = AESGCM.generate_key(bit_length=256)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another replica on this data dir made it first
-            return path.read_bytes()
+        except FileExistsError:  # another server on this data dir made it first
+            return _load(path)
         with os.fdopen(fd, "wb") as file:
             file.write(key)
-    if len(key) != 32:
-        raise ValueError(f"{path} does not hold a 32-byte data key")
-    return key
+        return key
+
+
+def data_key_of(key_file: Path | None, data_dir: Path) -> FileDataKey:
+    """The server's data key: the file it is given, or the one its data dir keeps (made on first start)."""
+    if key_file is not None:
+        return FileDataKey(key_file, create=False)
+    return FileDataKey(data_dir / "sealing" / "data-key")
 
 
 class UnreadableSealedValue(ValueError):

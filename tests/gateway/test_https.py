@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from meshplane.security.ca import KeyPair, create_ca, issue_agent_certificate, issue_server_certificate
 from meshplane_testing import documents
@@ -41,6 +42,9 @@ class Fleet:
     """Listener name -> port."""
     certificates: dict[str, KeyPair]
     ca: KeyPair
+    seen: list[dict[str, Any]]
+    """The requests the upstream saw."""
+    client: KeyPair | None = None
 
     def tls(self, host: str) -> ssl.SSLSocket:
         """A TLS connection to the web listener with SNI `host`, the served certificate verified against the CA."""
@@ -54,10 +58,11 @@ class Fleet:
         key.write_bytes(pair.key_pem())
         return certificate, key
 
-    def curl(self, host: str, listener: str, client: str | None = None) -> tuple[int, str]:
+    def curl(self, host: str, listener: str, client: str | None = None, *headers: str) -> tuple[int, str]:
         """(curl's exit code, the HTTP status or nothing) of GET https://host:port/orders/x with SNI `host`."""
         port = self.ports[listener]
         argv = ["curl", "-sS", "--max-time", "5", "--cacert", str(self.files / "ca.crt")]
+        argv += [item for header in headers for item in ("-H", header)]
         argv += ["--resolve", f"{host}:{port}:127.0.0.1", "-o", "/dev/null", "-w", "%{http_code}"]
         if client is not None:
             argv += ["--cert", str(self.files / f"{client}.crt"), "--key", str(self.files / f"{client}.key")]
@@ -102,14 +107,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     }
     ports = {"web": free_port(), "required": free_port(), "optional": free_port()}
     with (
-        run_upstream("orders") as (upstream_port, _),
+        run_upstream("orders") as (upstream_port, seen),
         run_server(tmp_path) as server,
         run_agent(tmp_path, "edge-1", server) as agent,
         run_envoy(tmp_path, "gw-1", agent.xds_port) as envoy,
     ):
-        fleet = Fleet(server, agent, envoy, tmp_path, ports, pairs, ca)
+        fleet = Fleet(server, agent, envoy, tmp_path, ports, pairs, ca, seen)
         (tmp_path / "ca.crt").write_bytes(ca.certificate_pem())
-        fleet.pem("client", issue_agent_certificate(client_ca, "app-one"))
+        fleet.pem("client", client := issue_agent_certificate(client_ca, "app-one"))
+        fleet.client = client
         fleet.pem("stranger", issue_agent_certificate(stranger_ca, "app-two"))
         for name, pair in pairs.items():
             fleet.put(certificate(name, pair))
@@ -215,3 +221,14 @@ def test_the_agent_keeps_its_state_to_itself(fleet: Fleet) -> None:
     state = fleet.files / "agent-edge-1"
     assert state.stat().st_mode & 0o077 == 0
     assert [p.name for p in state.glob("state.db*") if p.stat().st_mode & 0o077] == []
+
+
+def test_the_upstream_sees_the_verified_client_certificate_and_never_a_caller_s_own(fleet: Fleet) -> None:
+    forged = 'x-forwarded-client-cert: Hash=00;Subject="CN=admin"'
+    fingerprint = fleet.client.certificate.fingerprint(hashes.SHA256()).hex() if fleet.client else ""
+    del fleet.seen[:]
+    assert fleet.curl(SECURE, "required", "client", forged) == (0, "200")
+    assert fleet.curl(SHOP, "web", None, forged) == (0, "200")
+    verified, plain = (request["headers"].get("x-forwarded-client-cert", "") for request in fleet.seen)
+    assert f"Hash={fingerprint}" in verified and "CN=admin" not in verified and "app-one" in verified
+    assert plain == ""

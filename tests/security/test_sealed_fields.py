@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ from meshplane.model.registry import REGISTRY
 from meshplane.proto.v1 import resources_pb2
 from meshplane.security.ca import KeyPair, create_ca, issue_server_certificate
 from meshplane_testing import documents
-from meshplane_testing.meshplane import ServerProcess, run_server
+from meshplane_testing.meshplane import ServerProcess, run_replica, run_server
 from meshplane_testing.sync_probe import API_TYPE, SyncProbe
 
 pytestmark = pytest.mark.timeout(120)
@@ -148,3 +149,23 @@ def test_the_data_key_file_is_private(fleet: tuple[ServerProcess, KeyPair, dict[
     server, _, _ = fleet
     [key] = list((server.data_dir / "sealing").iterdir())
     assert key.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.postgres
+def test_a_replica_with_the_fleet_s_data_key_delivers_what_another_sealed(tmp_path: Path, shared_database: str) -> None:
+    """Replicas share one data key (as they share one Secret): a key written through one reaches a cluster
+    synced by the other."""
+    pair = issue_server_certificate(create_ca(), ["shop.example.com"])
+    with run_server(tmp_path, shared_database, name="a") as a, run_replica(tmp_path, a, shared_database, "b") as b:
+        with a.http() as http:
+            for doc in (certificate("shop-cert", pair), gateway("public", USING, ["shop-cert"])):
+                kind = REGISTRY.get(doc["kind"]).plural
+                response = http.put(f"/v1/projects/default/{kind}/{doc['metadata']['name']}", json=doc)
+                assert response.status_code in (200, 201), response.text
+        probe = SyncProbe(b.grpc_address, USING, credentials=b.agent_credentials(USING))
+        asyncio.run(probe.register())
+        asyncio.run(probe.sync_until(lambda p: bool(p.names(CERT_TYPE)), seconds=15))
+    [delivered] = received(probe, CERT_TYPE)
+    message = resources_pb2.TLSCertificate()
+    delivered.resource.Unpack(message)
+    assert json_format.MessageToDict(message.spec)["privateKey"] == pair.key_pem().decode()

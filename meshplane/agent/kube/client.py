@@ -256,6 +256,15 @@ class KubeClient:
         )
         return response.json()
 
+    async def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        """One object, or None when there is none by that name."""
+        try:
+            return (await self._request("GET", resource.path(namespace, name))).json()
+        except KubeRefused as exc:
+            if exc.status_code != 404:
+                raise
+            return None
+
     async def delete(self, resource: ResourceType, namespace: str, name: str) -> None:
         """Delete one object; one already gone is fine."""
         try:

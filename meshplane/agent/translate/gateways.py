@@ -9,6 +9,7 @@ filter chain out and is told in `problems`, by Gateway; the rest is served all t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from cryptography import x509
@@ -87,15 +88,28 @@ def served_by(api: Api, project: str, gateway: str) -> bool:
     return api.project == project and gateway in api.spec.gateways
 
 
+def held_gateways(gateways: Iterable[Resource]) -> frozenset[tuple[str, str]]:
+    """(project, name) of each Gateway held here."""
+    return frozenset((resource.metadata.project or "", resource.metadata.name) for resource in gateways)
+
+
+def gateway_refusal(api: Api, held: AbstractSet[tuple[str, str]]) -> str | None:
+    """Why an API that names Gateways is not served here: none of them is placed on this cluster."""
+    if not api.spec.gateways or any((api.project, name) in held for name in api.spec.gateways):
+        return None
+    return f"gateways: none of {', '.join(api.spec.gateways)} is placed on this cluster"
+
+
 def gateway_resources(
     gateways: Iterable[Resource],
-    certificates: Mapping[str, CertificateSpec],
+    certificates: Mapping[str, CertificateSpec | str],
     apis: Sequence[Api],
     settings: GatewaySettings,
     build_listener: ListenerBuilder,
     build_routes: RoutesBuilder,
 ) -> GatewayResources:
-    """Everything the Gateways held here make the gateway serve; `certificates` by `project/name`."""
+    """Everything the Gateways held here make the gateway serve; `certificates` by `project/name`, each its
+    spec with the PEM chain and key, or why it has none here (a Secret it names is missing)."""
     out = GatewayResources()
     by_port: dict[int, list[_Chain]] = {}
     for resource in sorted(gateways, key=lambda r: (r.metadata.project or "", r.metadata.name)):
@@ -143,7 +157,7 @@ def _gateway_of(chain: _Chain) -> str:
 def _filter_chains(
     chain: _Chain,
     template: listener_components_pb2.FilterChain,
-    certificates: Mapping[str, CertificateSpec],
+    certificates: Mapping[str, CertificateSpec | str],
     problems: dict[str, str],
 ) -> list[listener_components_pb2.FilterChain]:
     """The chains of one Gateway listener: for HTTPS one per certificate, matching by SNI the hostnames it
@@ -153,9 +167,10 @@ def _filter_chains(
         return [_with_routes(template, chain, listener.hostnames, None)]
     held = []
     for ref in listener.tls.certificate_refs:
-        spec = certificates.get(f"{chain.project}/{ref}")
-        if spec is None or spec.certificate is None:
-            problems[_gateway_of(chain)] = f"listener {listener.name}: TLSCertificate {ref!r} is not held here"
+        spec = certificates.get(f"{chain.project}/{ref}", "is not held here")
+        if isinstance(spec, str) or spec.certificate is None:
+            why = spec if isinstance(spec, str) else "has no certificate here"
+            problems[_gateway_of(chain)] = f"listener {listener.name}: TLSCertificate {ref!r} {why}"
         else:
             held.append((ref, spec.certificate))
     if not held:
@@ -190,13 +205,20 @@ def _with_routes(
     socket: base_pb2.TransportSocket | None,
 ) -> listener_components_pb2.FilterChain:
     """The template chain (the gateway's HTTP connection manager) reading this listener's route table, matched
-    by SNI to `hostnames` (any name when one is '*'), over TLS when `socket` is given."""
+    by SNI to `hostnames` (any name when one is '*'), over TLS when `socket` is given; with client validation,
+    the client certificate is forwarded upstream in x-forwarded-client-cert."""
     built = listener_components_pb2.FilterChain()
     built.CopyFrom(template)
     built.name = f"{chain.key}/{hostnames[0]}"
     manager = hcm_pb2.HttpConnectionManager()
     built.filters[0].typed_config.Unpack(manager)
     manager.rds.route_config_name = route_name(chain.key)
+    if chain.listener.tls is not None and chain.listener.tls.client_validation is not None:
+        # The upstream learns the verified client certificate (its SHA-256, subject and SANs) and nothing a
+        # caller wrote: Envoy replaces any x-forwarded-client-cert it was sent (elsewhere it only strips it).
+        manager.forward_client_cert_details = hcm_pb2.HttpConnectionManager.SANITIZE_SET
+        details = manager.set_current_client_cert_details
+        details.subject.value, details.uri, details.dns = True, True, True
     built.filters[0].typed_config.Pack(manager)
     if socket is not None:
         built.transport_socket.CopyFrom(socket)
@@ -238,13 +260,13 @@ def _secret_names(chain: listener_components_pb2.FilterChain) -> set[str]:
 
 
 def _secrets(
-    used: set[str], certificates: Mapping[str, CertificateSpec], by_port: Mapping[int, list[_Chain]]
+    used: set[str], certificates: Mapping[str, CertificateSpec | str], by_port: Mapping[int, list[_Chain]]
 ) -> list[secret_pb2.Secret]:
     """The SDS secrets the listeners name, sorted by name."""
     secrets = []
     for key, spec in certificates.items():
         project, _, name = key.partition("/")
-        secret = certificate_secret(project, name, spec)
+        secret = certificate_secret(project, name, spec) if not isinstance(spec, str) else None
         if secret is not None and secret.name in used:
             secrets.append(secret)
     for chain in (chain for chains in by_port.values() for chain in chains):

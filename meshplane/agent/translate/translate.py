@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import pairwise
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
@@ -14,7 +16,7 @@ from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
 from meshplane.agent.translate.credentials import credential_secret
 from meshplane.agent.translate.entitlements import Entitlements
-from meshplane.agent.translate.gateways import certificate_secret, gateway_resources
+from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.proxyless import proxyless_resources
@@ -22,7 +24,7 @@ from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
 from meshplane.agent.translate.targets import api_refusal
 from meshplane.model.gateways import TLSCertificateSpec
-from meshplane.model.kinds import Operation
+from meshplane.model.kinds import Backend, Operation
 from meshplane.model.resource import Resource
 
 
@@ -36,16 +38,23 @@ def api_views(apis: Iterable[Resource]) -> list[Api]:
 
 
 def refused_apis(
-    apis: Iterable[Resource], settings: GatewaySettings, services: LocalServices | None = None
+    apis: Iterable[Resource],
+    settings: GatewaySettings,
+    services: LocalServices | None = None,
+    gateways: Iterable[Resource] = (),
 ) -> dict[str, str]:
-    """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`)."""
-    return _refusals([resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)], settings)
+    """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`; an API
+    naming only Gateways not among `gateways`, those held here, is not served either)."""
+    views = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
+    return _refusals(views, settings, held_gateways(gateways))
 
 
-def _refusals(views: Iterable[Api], settings: GatewaySettings) -> dict[str, str]:
+def _refusals(
+    views: Iterable[Api], settings: GatewaySettings, gateways: AbstractSet[tuple[str, str]] = frozenset()
+) -> dict[str, str]:
     refused = {}
     for api in views:
-        reason = api_refusal(api, settings.backends)
+        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways)
         if reason is not None:
             refused[f"{api.project}/{api.name}"] = reason
     return refused
@@ -58,7 +67,7 @@ def translate_apis(
     now: float | None = None,
     services: LocalServices | None = None,
     gateways: Iterable[Resource] = (),
-    certificates: Mapping[str, TLSCertificateSpec] | None = None,
+    certificates: Mapping[str, TLSCertificateSpec | str] | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, clusters and EDS endpoints for a set of validated API resources,
     plus an API listener and route table per API that proxyless gRPC clients can reach (see `proxyless`).
@@ -68,13 +77,14 @@ def translate_apis(
     `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
     An API that names `gateways` is served on their listeners (see `gateways`, with `certificates` by
-    `project/name`) instead of the default one.
+    `project/name`: each spec, or why it is not available here) instead of the default one.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     Output never depends on input order.
     """
+    gateways = list(gateways)
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
-    refused = _refusals(resolved, settings)
+    refused = _refusals(resolved, settings, held_gateways(gateways))
     views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
     if entitlements is None:
         entitlements, now = Entitlements(), 0.0  # no keys: no time to weigh them against
@@ -116,10 +126,9 @@ def translate_apis(
                 endpoints.append(assignment)
             if backend.credential is not None:
                 secrets.append(credential_secret(cluster.name, backend.credential))
-            ref = backend.tls.client_certificate_ref if backend.tls is not None else None
-            held = (certificates or {}).get(f"{api.project}/{ref}") if ref is not None else None
-            if ref is not None and held is not None and (secret := certificate_secret(api.project, ref, held)):
-                secrets.append(secret)
+            client = _client_certificate(api.project, backend, certificates or {})
+            if client is not None:
+                secrets.append(client)
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),
         routes=sorted(routes, key=lambda table: table.name),
@@ -129,3 +138,13 @@ def translate_apis(
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
         gateway_problems=named.problems,
     )
+
+
+def _client_certificate(
+    project: str, backend: Backend, certificates: Mapping[str, TLSCertificateSpec | str]
+) -> secret_pb2.Secret | None:
+    """The secret of the certificate a backend presents, when this agent holds it (else Envoy has none to
+    present, and the backend's handshakes fail rather than go out without it)."""
+    ref = backend.tls.client_certificate_ref if backend.tls is not None else None
+    held = certificates.get(f"{project}/{ref}") if ref is not None else None
+    return certificate_secret(project, ref, held) if ref is not None and isinstance(held, TLSCertificateSpec) else None

@@ -107,3 +107,12 @@ def test_client_validation_comes_over_sds_too() -> None:
     config = translated(gateway(hostnames=["shop.example.com"], tls=tls))
     assert [secret.name for secret in config.secrets] == ["client-ca/default/public/https", "tls/default/shop"]
     assert config.secrets[0].validation_context.trusted_ca.inline_string == validation["caCertificates"]
+
+
+def test_an_api_naming_only_gateways_not_held_here_is_refused_with_why() -> None:
+    config = translated(gateway("elsewhere"))
+    assert config.refused == {"default/orders": "gateways: none of public is placed on this cluster"}
+    routes = {
+        table.name: [route.name for host in table.virtual_hosts for route in host.routes] for table in config.routes
+    }
+    assert not any("orders" in name for names in routes.values() for name in names)
