@@ -302,3 +302,13 @@ def test_a_client_certificate_is_named_in_the_cluster_and_served_as_a_secret_onl
     assert b"PRIVATE KEY" not in b"".join(c.SerializeToString() for c in config.clusters)
 
     assert translate_apis(apis, SETTINGS).secrets == [], "a certificate not held here is not made up"
+
+
+def test_no_timeout_for_proxyless_grpc_clients_is_an_unlimited_stream() -> None:
+    grpc = api("orders", basePath="/", timeout="none", backends=[backend(protocol="grpc")])
+    config = translate_apis([grpc], SETTINGS)
+    (table,) = [table for table in config.routes if table.name == "grpc.shop.orders"]
+    action = table.virtual_hosts[0].routes[0].route
+
+    assert action.max_stream_duration.HasField("max_stream_duration")
+    assert action.max_stream_duration.max_stream_duration.ToNanoseconds() == 0
