@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +32,7 @@ def run_upstream(
     With `stream` (lines, gap), the answer is instead a chunked stream of that many lines (`line <n>`), its
     headers at once and each line `gap` seconds after the one before."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream))
+    server = _Server(("127.0.0.1", 0), _handler(name, seen, delay, status, stream))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -43,6 +44,13 @@ def run_upstream(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet about callers that hang up (a gateway ending a stream, a client timing out); loud otherwise."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(
