@@ -113,21 +113,28 @@ def _san(kind: common_pb2.SubjectAltNameMatcher.SanType, name: str) -> common_pb
 
 
 def _health_check(check: HealthCheck, host: str | None, *, http2: bool) -> health_check_pb2.HealthCheck:
-    """An HTTP GET of the check's path in the cluster's own protocol, with the backend's name as its Host, every
-    interval even while the backend takes no traffic (Envoy would otherwise wait a minute between checks)."""
-    http = health_check_pb2.HealthCheck.HttpHealthCheck(
-        path=check.path, codec_client_type=http_pb2.CodecClientType.HTTP2 if http2 else http_pb2.CodecClientType.HTTP1
-    )
-    if host is not None:
-        http.host = host
-    return health_check_pb2.HealthCheck(
+    """gRPC's health protocol for a gRPC backend, else an HTTP GET of the check's path in the cluster's own
+    protocol; either with the backend's name as its authority, every interval even while the backend takes
+    no traffic (Envoy would otherwise wait a minute between checks)."""
+    health = health_check_pb2.HealthCheck(
         timeout=duration(check.timeout),
         interval=duration(check.interval),
         no_traffic_interval=duration(check.interval),
         healthy_threshold=wrappers_pb2.UInt32Value(value=check.healthy_threshold),
         unhealthy_threshold=wrappers_pb2.UInt32Value(value=check.unhealthy_threshold),
-        http_health_check=http,
     )
+    if check.path is None:
+        health.grpc_health_check.service_name = check.grpc_service or ""
+        if host is not None:
+            health.grpc_health_check.authority = host
+        return health
+    health.http_health_check.path = check.path
+    health.http_health_check.codec_client_type = (
+        http_pb2.CodecClientType.HTTP2 if http2 else http_pb2.CodecClientType.HTTP1
+    )
+    if host is not None:
+        health.http_health_check.host = host
+    return health
 
 
 def _outlier_detection(detection: OutlierDetection) -> outlier_detection_pb2.OutlierDetection:
