@@ -312,6 +312,7 @@ REGISTRY = KindRegistry(
             Scope.PROJECT,
             GatewaySpec,
             message=resources_pb2.Gateway,
+            names=("TLSCertificate",),  # applied after its certificates; one missing is a status, not a 422
             writers=_PUBLISHER,
             feeds=frozenset({Feed.ROUTES}),
         ),

@@ -15,7 +15,7 @@ from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
 from meshplane.model.stored import StoredObject
-from meshplane.server.api_conflicts import first_clash, hosts_overlap, templated
+from meshplane.server.api_conflicts import first_clash, hosts_overlap, share_a_route_table, templated
 from meshplane.server.placement import placed_clusters, served_placement
 from meshplane.server.problems import Problem
 from meshplane.server.references import missing
@@ -111,6 +111,8 @@ async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, loo
         if (project, name) == me or not _may_meet(spec, base_path, hostnames):
             continue
         other_spec = other if isinstance(other, APISpec) else APISpec.model_validate(other)
+        if not share_a_route_table(me[0], spec, project, other_spec):
+            continue
         if _meet(served, mine, other_spec.placement, clusters):
             others.append((f"{project}/{name}" if project == me[0] else None, other_spec))
     found = first_clash(spec, others)

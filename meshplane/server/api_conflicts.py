@@ -82,6 +82,14 @@ def _show(pattern: PathPattern) -> str:
     return (path.rstrip("/") + "/*") if pattern.rest else path
 
 
+def share_a_route_table(project_a: str, a: APISpec, project_b: str, b: APISpec) -> bool:
+    """Whether two APIs are served from one route table: the default listener's (neither names a Gateway) or
+    a Gateway's listener's (both name that Gateway, of their one project). Others never meet."""
+    if not a.gateways and not b.gateways:
+        return True
+    return project_a == project_b and not set(a.gateways).isdisjoint(b.gateways)
+
+
 def first_clash(spec: APISpec, others: Iterable[tuple[str | None, APISpec]]) -> tuple[str | None, str] | None:
     """(other API's name, the clash) for the first stored API this one would shadow or be shadowed by. An
     API given without a name (another project's) stays unnamed, and so do its routes."""

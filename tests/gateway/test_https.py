@@ -162,7 +162,7 @@ def test_the_default_http_listener_no_longer_serves_an_api_on_a_gateway(fleet: F
     assert answered.value.code == 404
 
 
-def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> None:
+def test_no_private_key_in_envoy_listeners_the_agent_dump_or_a_log(fleet: Fleet) -> None:
     lines = [
         line
         for pair in fleet.certificates.values()
@@ -175,7 +175,10 @@ def test_no_private_key_in_envoy_listeners_or_the_agent_dump(fleet: Fleet) -> No
         [c for c in fleet.envoy.config_dump()["configs"] if c["@type"].endswith("ListenersConfigDump")]
     )
     assert "tls/default/shop-cert" in listeners and "tls/default/shop-cert" in agent_dump
-    for what, text in (("agent dump", agent_dump), ("envoy listeners", listeners)):
+    logs = sorted(fleet.files.glob("*.log"))
+    assert [log.name for log in logs] == ["agent-edge-1.log", "envoy-gw-1.log", "server.log"]
+    shown = [("agent dump", agent_dump), ("envoy listeners", listeners)]
+    for what, text in [*shown, *((log.name, log.read_text(errors="replace")) for log in logs)]:
         assert not any(line in text for line in lines), f"the {what} shows a private key"
 
 
@@ -232,3 +235,15 @@ def test_the_upstream_sees_the_verified_client_certificate_and_never_a_caller_s_
     verified, plain = (request["headers"].get("x-forwarded-client-cert", "") for request in fleet.seen)
     assert f"Hash={fingerprint}" in verified and "CN=admin" not in verified and "app-one" in verified
     assert plain == ""
+
+
+def test_apis_on_one_path_in_different_route_tables_do_not_clash(fleet: Fleet) -> None:
+    """The default listener and each Gateway have route tables of their own: /orders may be served on both."""
+    with fleet.server.http() as http:
+        beside = documents.api("orders-plain", basePath="/orders")
+        created = http.put("/v1/projects/default/apis/orders-plain", json=beside)
+        assert created.status_code == 201, created.text
+        shadowing = documents.api("orders-twin", basePath="/orders", gateways=["public"])
+        refused = http.put("/v1/projects/default/apis/orders-twin", json=shadowing)
+        assert refused.status_code == 409, refused.text
+        assert http.delete("/v1/projects/default/apis/orders-plain").status_code == 200

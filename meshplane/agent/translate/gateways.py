@@ -121,6 +121,10 @@ def gateway_resources(
             out.routes.append(build_routes(route_name(chain.key), [a for a in apis if served_by(a, project, name)]))
     used: set[str] = set()
     for port, chains in sorted(by_port.items()):
+        if port == settings.listener_port:
+            for chain in chains:
+                out.problems[_gateway_of(chain)] = f"port {port} is the default listener's on this cluster"
+            continue
         base = build_listener(
             replace(settings, listener_name=listener_name(port), listener_port=port, route_config_name="")
         )

@@ -116,3 +116,11 @@ def test_an_api_naming_only_gateways_not_held_here_is_refused_with_why() -> None
         table.name: [route.name for host in table.virtual_hosts for route in host.routes] for table in config.routes
     }
     assert not any("orders" in name for names in routes.values() for name in names)
+
+
+def test_a_gateway_listener_on_the_default_listener_s_port_is_left_out_and_told() -> None:
+    config = translated(gateway(port=SETTINGS.listener_port))
+    assert [listener.name for listener in config.listeners] == ["gateway"]
+    assert config.gateway_problems == {
+        "default/public": f"port {SETTINGS.listener_port} is the default listener's on this cluster"
+    }
