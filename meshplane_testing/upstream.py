@@ -6,6 +6,7 @@ import contextlib
 import json
 import re
 import ssl
+import sys
 import tempfile
 import threading
 import time
@@ -34,7 +35,7 @@ def run_upstream(
     headers at once and each line `gap` seconds after the one before. With `status_by_path`, a path ending in
     `/status/<code>` is answered with that code instead."""
     seen: list[dict[str, Any]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(name, seen, delay, status, stream, status_by_path))
+    server = _Server(("127.0.0.1", 0), _handler(name, seen, delay, status, stream, status_by_path))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
@@ -55,6 +56,13 @@ def _joined(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
         name = key.lower()
         joined[name] = f"{joined[name]}, {value}" if name in joined else value
     return joined
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet about callers that hang up (a gateway ending a stream, a client timing out); loud otherwise."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(

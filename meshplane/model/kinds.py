@@ -271,6 +271,13 @@ class APISpec(WireModel):
                 problems.append((f"backends[{index}].host", "a backend needs a host or a service"))
             elif backend.host is not None and backend.service is not None:
                 problems.append((f"backends[{index}].service", "a backend has a host or a service, not both"))
+            check = backend.health_check
+            if check is not None and backend.protocol is BackendProtocol.GRPC and check.path is not None:
+                problems.append((f"backends[{index}].healthCheck.path", "a gRPC backend is checked over gRPC"))
+            if check is not None and backend.protocol is not BackendProtocol.GRPC and check.path is None:
+                problems.append((f"backends[{index}].healthCheck.path", "an HTTP backend's health check needs one"))
+            if check is not None and backend.protocol is not BackendProtocol.GRPC and check.grpc_service is not None:
+                problems.append((f"backends[{index}].healthCheck.grpcService", "only for a gRPC backend"))
             tls = backend.tls
             if tls is not None and backend.service is not None and tls.sni is None and not tls.subject_alt_names:
                 problems.append((f"backends[{index}].tls.sni", "a service backend over TLS needs the name to verify"))

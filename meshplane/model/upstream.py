@@ -127,9 +127,13 @@ class BackendTLS(WireModel):
 
 
 class HealthCheck(WireModel):
-    """Active health checking: the gateway asks each endpoint `path` every `interval`; a 200 counts as healthy."""
+    """Active health checking: every `interval` the gateway asks each endpoint for `path`, where a 200 counts as
+    healthy; a gRPC backend is asked over gRPC's own health protocol (grpc.health.v1) instead."""
 
-    path: str = Field(pattern=r"^/", max_length=1024)
+    path: str | None = Field(default=None, pattern=r"^/", max_length=1024)
+    """Needed by HTTP backends."""
+    grpc_service: str | None = Field(default=None, max_length=256)
+    """The service a gRPC backend is asked about (default: the server as a whole)."""
     interval: Interval = "10s"
     timeout: Interval = "1s"
     healthy_threshold: int = Field(default=2, ge=1, le=100)

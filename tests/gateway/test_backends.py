@@ -19,7 +19,7 @@ from meshplane_testing import documents
 from meshplane_testing.envoy import EnvoyProcess, run_envoy
 from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway
-from meshplane_testing.meshplane import AgentProcess, run_agent, run_server
+from meshplane_testing.meshplane import AgentProcess, ServerProcess, run_agent, run_server
 from meshplane_testing.north import put
 from meshplane_testing.upstream import run_upstream, tls_context
 
@@ -34,6 +34,7 @@ STREAM = (4, 0.7)
 
 @dataclass
 class Fleet:
+    server: ServerProcess
     agent: AgentProcess
     envoy: EnvoyProcess
     gateway: Gateway
@@ -42,6 +43,13 @@ class Fleet:
     """Requests each upstream received, by upstream name."""
     sni: list[str]
     """Server names sent to the SNI-checking TLS upstream."""
+    ports: dict[str, int]
+    """Each upstream's port, by name."""
+
+    def server_stat(self, name: str) -> int:
+        """An Envoy stat by its full name (`cluster_manager.cluster_added`)."""
+        _, body = self.envoy.admin("/stats")
+        return sum(int(line.partition(": ")[2]) for line in body.splitlines() if line.partition(": ")[0] == name)
 
     def stat(self, api: str, name: str) -> int:
         """An Envoy stat of the API's first backend cluster (`ssl.fail_verify_error`, `membership_healthy`)."""
@@ -67,7 +75,8 @@ CREDENTIALS = {
     "cred-key": ({"apiKey": {"header": "x-backend-key", "value": "key-v4lue"}}, "x-backend-key", "key-v4lue"),
 }
 """API -> (its backend's credential, the header the backend sees, its value there)."""
-SECRETS = ("basic-pa55", "bearer-t0ken", "key-v4lue", "c2hvcDpiYXNpYy1wYTU1")
+ROTATED = "cred-rotated"
+SECRETS = ("basic-pa55", "bearer-t0ken", "key-v4lue", "c2hvcDpiYXNpYy1wYTU1", "first-t0ken", "second-t0ken")
 
 
 def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[str, Any]]:
@@ -84,6 +93,7 @@ def _apis(ports: dict[str, int], ca_pem: str, other_ca_pem: str) -> list[dict[st
         one("tls-mutual", "tls-mutual", tls={**tls, "clientCertificateRef": CLIENT_CERTIFICATE}),
         one("tls-mutual-none", "tls-mutual", tls=tls),
         *(one(api, "plain", credential=credential) for api, (credential, _, _) in CREDENTIALS.items()),
+        one(ROTATED, "plain", credential={"bearer": {"token": "first-t0ken"}}),
         one("host-named", "plain", host="localhost"),
         one("host-literal", "plain", hostRewrite="shop.example.com"),
         one("host-address", "plain"),
@@ -161,7 +171,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             operations = doc["spec"].get("operations") or [{"path": "/x"}]
             path = doc["spec"]["basePath"] + operations[0]["path"]
             gateway.wait_for(path, lambda r: r.status_code != 404, timeout=30)
-        yield Fleet(agent, envoy, gateway, rest, seen, sni)
+        yield Fleet(server, agent, envoy, gateway, rest, seen, sni, ports)
 
 
 TLS_CASES = [
@@ -195,7 +205,7 @@ def test_the_backend_sees_the_injected_credential_instead_of_the_callers(fleet: 
     assert response.json()["headers"][header] == value
 
 
-def test_no_read_nor_dump_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
+def test_no_read_dump_or_log_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
     project = f"/v1/projects/{documents.PROJECT}"
     reads = {
         "api": fleet.rest.get(f"{project}/apis/cred-basic").text,
@@ -205,11 +215,33 @@ def test_no_read_nor_dump_shows_a_secret_in_the_clear(fleet: Fleet) -> None:
     _, reads["envoy"] = fleet.envoy.admin("/config_dump?include_eds")
     with httpx.Client(timeout=5) as client:
         reads["agent"] = client.get(f"http://127.0.0.1:{fleet.agent.admin_port}/config_dump").text
+    reads.update(
+        server_log=fleet.server.process.log(), agent_log=fleet.agent.process.log(), envoy_log=fleet.envoy.log()
+    )
 
     assert "cred-basic" in reads["apis"] and "cred-bearer" in reads["agent"] and "credential.api" in reads["envoy"]
     for where, text in reads.items():
         assert not [secret for secret in SECRETS if secret in text], where
         assert "PRIVATE KEY" not in text, where
+
+
+def test_a_new_credential_reaches_the_backend_as_a_secret_update_alone(fleet: Fleet) -> None:
+    def seen_token(token: str) -> bool:
+        response = fleet.gateway.request("GET", f"/{ROTATED}/x")
+        return response.status_code == 200 and response.json()["headers"]["authorization"] == f"Bearer {token}"
+
+    assert seen_token("first-t0ken")
+    clusters = [fleet.server_stat(f"cluster_manager.{what}") for what in ("cluster_added", "cluster_modified")]
+    put(
+        fleet.rest,
+        documents.api(
+            ROTATED,
+            backends=[documents.backend(fleet.ports["plain"], credential={"bearer": {"token": "second-t0ken"}})],
+        ),
+    )
+
+    eventually(lambda: seen_token("second-t0ken"), timeout=15, what="the new token at the backend")
+    assert [fleet.server_stat(f"cluster_manager.{what}") for what in ("cluster_added", "cluster_modified")] == clusters
 
 
 HOST_CASES = [

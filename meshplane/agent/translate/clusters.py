@@ -50,9 +50,9 @@ def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, projec
     """What the backend asks of its connections: TLS, health checks, ejection and load thresholds, and the
     credential its requests carry (see `credentials`)."""
     if backend.tls is not None:
-        cluster.transport_socket.CopyFrom(backend_tls_socket(backend, project, http2=http2))
+        cluster.transport_socket.CopyFrom(_backend_tls_socket(backend, project, http2=http2))
     if backend.health_check is not None:
-        cluster.health_checks.append(_health_check(backend.health_check, server_name(backend), http2=http2))
+        cluster.health_checks.append(_health_check(backend.health_check, _server_name(backend), http2=http2))
     if backend.outlier_detection is not None:
         cluster.outlier_detection.CopyFrom(_outlier_detection(backend.outlier_detection))
     if backend.circuit_breaker is not None:
@@ -64,7 +64,7 @@ def _apply_backend_policy(cluster: cluster_pb2.Cluster, backend: Backend, projec
         cluster.typed_extension_protocol_options[HTTP_PROTOCOL_OPTIONS].CopyFrom(packed(options))
 
 
-def server_name(backend: Backend) -> str | None:
+def _server_name(backend: Backend) -> str | None:
     """The name the backend answers to: its TLS SNI name if it sets one, else its host when that is a DNS name."""
     if backend.tls is not None and backend.tls.sni is not None:
         return backend.tls.sni
@@ -72,7 +72,7 @@ def server_name(backend: Backend) -> str | None:
     return host if host is not None and not is_ip_literal(host) else None
 
 
-def backend_tls_socket(backend: Backend, project: str, *, http2: bool) -> base_pb2.TransportSocket:
+def _backend_tls_socket(backend: Backend, project: str, *, http2: bool) -> base_pb2.TransportSocket:
     """TLS to the backend, its certificate verified against the backend's CAs (or the system's) and its names
     against the subject alt names asked for, else the SNI name, else the backend's IP address. ALPN offers the
     one protocol the cluster speaks, since gRPC servers refuse a TLS connection that negotiates none. A client
@@ -85,7 +85,7 @@ def backend_tls_socket(backend: Backend, project: str, *, http2: bool) -> base_p
         validation.trusted_ca.inline_string = tls.ca_certificates
     else:
         validation.trusted_ca.filename = SYSTEM_CA_FILE
-    sni = server_name(backend)
+    sni = _server_name(backend)
     names = tls.subject_alt_names or ([sni] if sni is not None else [])
     if names:
         validation.match_typed_subject_alt_names.extend(_san(common_pb2.SubjectAltNameMatcher.DNS, n) for n in names)
@@ -113,21 +113,28 @@ def _san(kind: common_pb2.SubjectAltNameMatcher.SanType, name: str) -> common_pb
 
 
 def _health_check(check: HealthCheck, host: str | None, *, http2: bool) -> health_check_pb2.HealthCheck:
-    """An HTTP GET of the check's path in the cluster's own protocol, with the backend's name as its Host, every
-    interval even while the backend takes no traffic (Envoy would otherwise wait a minute between checks)."""
-    http = health_check_pb2.HealthCheck.HttpHealthCheck(
-        path=check.path, codec_client_type=http_pb2.CodecClientType.HTTP2 if http2 else http_pb2.CodecClientType.HTTP1
-    )
-    if host is not None:
-        http.host = host
-    return health_check_pb2.HealthCheck(
+    """gRPC's health protocol for a gRPC backend, else an HTTP GET of the check's path in the cluster's own
+    protocol; either with the backend's name as its authority, every interval even while the backend takes
+    no traffic (Envoy would otherwise wait a minute between checks)."""
+    health = health_check_pb2.HealthCheck(
         timeout=duration(check.timeout),
         interval=duration(check.interval),
         no_traffic_interval=duration(check.interval),
         healthy_threshold=wrappers_pb2.UInt32Value(value=check.healthy_threshold),
         unhealthy_threshold=wrappers_pb2.UInt32Value(value=check.unhealthy_threshold),
-        http_health_check=http,
     )
+    if check.path is None:
+        health.grpc_health_check.service_name = check.grpc_service or ""
+        if host is not None:
+            health.grpc_health_check.authority = host
+        return health
+    health.http_health_check.path = check.path
+    health.http_health_check.codec_client_type = (
+        http_pb2.CodecClientType.HTTP2 if http2 else http_pb2.CodecClientType.HTTP1
+    )
+    if host is not None:
+        health.http_health_check.host = host
+    return health
 
 
 def _outlier_detection(detection: OutlierDetection) -> outlier_detection_pb2.OutlierDetection:

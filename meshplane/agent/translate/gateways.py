@@ -270,9 +270,7 @@ def _secrets(
     secrets = []
     for key, spec in certificates.items():
         project, _, name = key.partition("/")
-        if isinstance(spec, str):
-            continue
-        secret = certificate_secret(project, name, spec)
+        secret = certificate_secret(project, name, spec) if not isinstance(spec, str) else None
         if secret is not None and secret.name in used:
             secrets.append(secret)
     for chain in (chain for chains in by_port.values() for chain in chains):

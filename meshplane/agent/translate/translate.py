@@ -8,6 +8,7 @@ from itertools import pairwise
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
@@ -25,7 +26,7 @@ from meshplane.agent.translate.shaping import ShapingPlan
 from meshplane.agent.translate.targets import api_refusal
 from meshplane.agent.translate.telemetry import access_log_clusters, access_logs, name_route
 from meshplane.model.gateways import TLSCertificateSpec
-from meshplane.model.kinds import Operation
+from meshplane.model.kinds import Backend, Operation
 from meshplane.model.resource import Resource
 
 
@@ -134,10 +135,9 @@ def translate_apis(
                 endpoints.append(assignment)
             if backend.credential is not None:
                 secrets.append(credential_secret(cluster.name, backend.credential))
-            ref = backend.tls.client_certificate_ref if backend.tls is not None else None
-            held = (certificates or {}).get(f"{api.project}/{ref}") if ref is not None else None
-            if isinstance(held, TLSCertificateSpec) and (secret := certificate_secret(api.project, ref or "", held)):
-                secrets.append(secret)
+            client = _client_certificate(api.project, backend, certificates or {})
+            if client is not None:
+                secrets.append(client)
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),
         routes=sorted(routes, key=lambda table: table.name),
@@ -148,3 +148,13 @@ def translate_apis(
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
         gateway_problems=named.problems,
     )
+
+
+def _client_certificate(
+    project: str, backend: Backend, certificates: Mapping[str, TLSCertificateSpec | str]
+) -> secret_pb2.Secret | None:
+    """The secret of the certificate a backend presents, when this agent holds it (else Envoy has none to
+    present, and the backend's handshakes fail rather than go out without it)."""
+    ref = backend.tls.client_certificate_ref if backend.tls is not None else None
+    held = certificates.get(f"{project}/{ref}") if ref is not None else None
+    return certificate_secret(project, ref, held) if ref is not None and isinstance(held, TLSCertificateSpec) else None

@@ -102,6 +102,19 @@ def test_health_check_outlier_detection_and_circuit_breaker_reach_the_cluster() 
     assert not thresholds.HasField("max_requests"), "an absent threshold keeps Envoy's default"
 
 
+def test_a_grpc_backend_is_checked_over_the_grpc_health_protocol() -> None:
+    check = {"grpcService": "shop.Orders", "interval": "5s"}
+    config = translate(backends=[backend("orders.internal", 50051, protocol="grpc", healthCheck=check)])
+    (cluster,) = [c for c in config.clusters if c.name.startswith("api.")]
+
+    (health,) = cluster.health_checks
+    assert health.HasField("grpc_health_check") and not health.HasField("http_health_check")
+    assert (health.grpc_health_check.service_name, health.grpc_health_check.authority) == (
+        "shop.Orders",
+        "orders.internal",
+    )
+
+
 @pytest.mark.parametrize(
     ("backends", "auto", "literal"),
     [
@@ -178,6 +191,9 @@ def test_what_only_the_routes_hold_leaves_the_cluster_name_alone() -> None:
 
 
 INVALID = [
+    ({"healthCheck": {}}, "spec.backends[0].healthCheck.path", "needs one"),
+    ({"protocol": "grpc", "healthCheck": {"path": "/h"}}, "spec.backends[0].healthCheck.path", "over gRPC"),
+    ({"healthCheck": {"path": "/h", "grpcService": "x"}}, "spec.backends[0].healthCheck.grpcService", "gRPC"),
     ({"retries": {"attempts": 1, "on": "5xx,sometimes"}}, "spec.backends[0].retries.on", "sometimes"),
     ({"retries": {"attempts": 1, "statusCodes": [700]}}, "spec.backends[0].retries.statusCodes[0]", "599"),
     (
@@ -239,7 +255,7 @@ def test_envoy_accepts_every_backend_and_route_setting(tmp_path: Path) -> None:
             operations=[{"method": "GET", "path": "/watch", "timeout": "none", "idleTimeout": "none"}],
             backends=[
                 backend("10.0.0.1", 8443, **everything),
-                backend("orders.internal", 443, protocol="grpc", tls={}),
+                backend("orders.internal", 443, protocol="grpc", tls={}, healthCheck={"grpcService": "shop.Orders"}),
             ],
         )
     ]
@@ -302,3 +318,13 @@ def test_a_client_certificate_is_named_in_the_cluster_and_served_as_a_secret_onl
     assert b"PRIVATE KEY" not in b"".join(c.SerializeToString() for c in config.clusters)
 
     assert translate_apis(apis, SETTINGS).secrets == [], "a certificate not held here is not made up"
+
+
+def test_no_timeout_for_proxyless_grpc_clients_is_an_unlimited_stream() -> None:
+    grpc = api("orders", basePath="/", timeout="none", backends=[backend(protocol="grpc")])
+    config = translate_apis([grpc], SETTINGS)
+    (table,) = [table for table in config.routes if table.name == "grpc.shop.orders"]
+    action = table.virtual_hosts[0].routes[0].route
+
+    assert action.max_stream_duration.HasField("max_stream_duration")
+    assert action.max_stream_duration.max_stream_duration.ToNanoseconds() == 0
