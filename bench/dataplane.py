@@ -7,9 +7,15 @@ checked by the enforcer (ext_authz). The upstream is nginx answering from memory
 what is measured. Limits are set far above the offered load: every request is checked, none refused.
 Prints one JSON object with rps and latency per configuration and the ratio of each to (a).
 
+The HTTPS rows, on one HTTPS Gateway listener terminating TLS for `localhost` (wrk sends the URL's host as
+SNI): a bare route, the floor (Envoy terminating TLS and nothing else), and a signed API key + subscription;
+the ratio of the second to the first, against its target.
+
 The config-scale row: `--apis` APIs of ten operations each on one cluster — how long the agent's translator
 takes for them (best of three), how many bytes each xDS type carries, and how long the agent's own publisher
 (make-before-break, every step acknowledged) takes until a real Envoy holds all of it and the last API answers.
+A second figure is the same catalog with API-key authentication and a subscription to each API, so that
+every route carries its own RBAC; its last API answers a signed key.
 
     .venv/bin/python -m bench.dataplane [--seconds 10] [--connections 16] [--apis 1000] [--quick]
 """
@@ -20,9 +26,11 @@ import argparse
 import asyncio
 import json
 import secrets
+import ssl
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +39,19 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 
 import grpc
 import httpx
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from bench.common import nginx, wrk
 from meshplane.agent.gateway import ENVOY_TYPE_ORDER, GatewayPublisher, gateway_group
 from meshplane.agent.translate import GatewaySettings, translate_apis
+from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.targets import BackendPolicy
+from meshplane.dataplane import KEY_APPLICATION_UID_CLAIM
 from meshplane.model.registry import REGISTRY
+from meshplane.model.resource import Resource
 from meshplane.model.status import DeliveryState
+from meshplane.security.ca import create_ca, issue_server_certificate
+from meshplane.server.signing import ISSUER, KEY_SET, SigningKey
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer, add_to_server
 from meshplane_testing import documents
@@ -58,6 +72,14 @@ CONFIGURATIONS = {
     "enforcer": ("/opaque/x", "opaque"),
 }
 FLOOR = "bare"
+HTTPS_HOST = "localhost"
+"""The name the HTTPS listener's certificate and hostname carry: it resolves to loopback, and wrk sends it as SNI."""
+HTTPS_CONFIGURATIONS = {
+    "bare": ("/tls-bare/x", None),
+    "native": ("/tls-keyed/x", "signed"),
+}
+HTTPS_TARGET = 0.6
+SIGNED = {"apiKey": {"header": "x-api-key"}}
 OPERATIONS_PER_API = 10
 TRANSLATIONS = 3
 
@@ -65,7 +87,7 @@ TRANSLATIONS = 3
 def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
     """The four APIs and a subscribed application; its signed key and an imported opaque key."""
     backend = [documents.backend(upstream)]
-    signed = {"apiKey": {"header": "x-api-key"}}
+    signed = SIGNED
     opaque = {"apiKey": {"header": "x-api-key", "mode": "opaque"}}
     put(api, documents.api("bare", backends=backend))
     put(api, documents.api("native", backends=backend, authentication=signed, rateLimit=HIGH))
@@ -78,6 +100,30 @@ def declare(api: httpx.Client, upstream: int) -> dict[str, str]:
     keys["opaque"] = secrets.token_urlsafe(32)
     api.post(f"/v1/projects/{PROJECT}/applications/bench/keys", json={"key": keys["opaque"]}).raise_for_status()
     return keys
+
+
+def declare_https(api: httpx.Client, upstream: int) -> tuple[int, ssl.SSLContext]:
+    """An HTTPS Gateway listener for `localhost` and two APIs on it: one bare, one behind a signed key that
+    the application `bench` (see `declare`) is subscribed to; the listener's port and a client context
+    that trusts its certificate."""
+    authority = create_ca()
+    served = issue_server_certificate(authority, [HTTPS_HOST])
+    certificate = {"certificate": served.certificate_pem().decode(), "privateKey": served.key_pem().decode()}
+    put(api, documents.document("TLSCertificate", "bench-tls", spec=certificate))
+    port = free_port()
+    listener = {
+        "name": "web",
+        "port": port,
+        "protocol": "HTTPS",
+        "hostnames": [HTTPS_HOST],
+        "tls": {"certificateRefs": ["bench-tls"]},
+    }
+    put(api, documents.document("Gateway", "bench-https", spec={"listeners": [listener]}))
+    backend = [documents.backend(upstream)]
+    put(api, documents.api("tls-bare", backends=backend, gateways=["bench-https"]))
+    put(api, documents.api("tls-keyed", backends=backend, gateways=["bench-https"], authentication=SIGNED))
+    put(api, documents.subscription("bench-tls-keyed", application="bench", api="tls-keyed"))
+    return port, ssl.create_default_context(cadata=authority.certificate_pem().decode())
 
 
 def run(seconds: int, connections: int) -> dict[str, Any]:
@@ -100,14 +146,17 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
         ):
             envoy.wait_listener(agent.gateway_port)
             keys = declare(api, upstream)
-            gateway = Gateway(agent.gateway_port)
-            results: dict[str, dict[str, float]] = {}
-            for name, (path, credential) in CONFIGURATIONS.items():
-                headers = {"x-api-key": keys[credential]} if credential else {}
-                gateway.wait_for(path, status(200), headers=headers, timeout=30)
-                results[name] = wrk(f"http://127.0.0.1:{agent.gateway_port}{path}", headers, seconds, connections)
-            gateway.close()
+            https_port, trust = declare_https(api, upstream)
+            plain = Gateway(agent.gateway_port)
+            results = measure(plain, CONFIGURATIONS, keys, seconds, connections)
+            plain.close()
+            envoy.wait_listener(https_port, timeout=30)
+            tls = Gateway(https_port, host=HTTPS_HOST, tls=trust)
+            https = measure(tls, HTTPS_CONFIGURATIONS, keys, seconds, connections)
+            keyless = tls.request("GET", HTTPS_CONFIGURATIONS["native"][0]).status_code
+            tls.close()
     floor = results[FLOOR]["rps"]
+    https_ratio = round(https["native"]["rps"] / https["bare"]["rps"], 3)
     return {
         "benchmark": "dataplane",
         "seconds": seconds,
@@ -116,10 +165,34 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
         "results": results,
         "ratio_to_bare": {name: round(result["rps"] / floor, 3) for name, result in results.items()},
         "targets": {"native": 0.6, "native_global": 0.25, "enforcer": 0.2},
+        "https": {
+            "host": HTTPS_HOST,
+            "results": https,
+            "ratio_native_to_bare": https_ratio,
+            "target": HTTPS_TARGET,
+            "met": https_ratio >= HTTPS_TARGET,
+            "native_without_key_status": keyless,
+        },
     }
 
 
-def catalog(apis: int, upstream: int) -> list[Any]:
+def measure(
+    gateway: Gateway,
+    configurations: dict[str, tuple[str, str | None]],
+    keys: dict[str, str],
+    seconds: int,
+    connections: int,
+) -> dict[str, dict[str, float]]:
+    """wrk at each configuration's path through `gateway` (its scheme and host), once it answers 200."""
+    results = {}
+    for name, (path, credential) in configurations.items():
+        headers = {"x-api-key": keys[credential]} if credential else {}
+        gateway.wait_for(path, status(200), headers=headers, timeout=30)
+        results[name] = wrk(str(gateway.http.base_url.join(path)), headers, seconds, connections)
+    return results
+
+
+def catalog(apis: int, upstream: int, **spec: Any) -> list[Resource]:
     """`apis` APIs of ten operations each (reads and writes of collections and items), as the agent holds them."""
     operations = []
     for index in range(OPERATIONS_PER_API // 2):
@@ -128,21 +201,44 @@ def catalog(apis: int, upstream: int) -> list[Any]:
             {"method": "POST" if index % 2 else "PUT", "path": f"/r{index}"},
         ]
     parsed = [
-        documents.api(f"a{number:05d}", backends=[documents.backend(upstream)], operations=operations)
+        documents.api(f"a{number:05d}", backends=[documents.backend(upstream)], operations=operations, **spec)
         for number in range(apis)
     ]
     return [REGISTRY.parse(document) for document in parsed]
 
 
-async def config_scale(work: Path, apis: int) -> dict[str, Any]:
-    """Translate and publish a catalog of `apis` APIs to one real Envoy through the agent's publisher."""
+def subscribed(apis: Iterable[Resource], signer: SigningKey) -> tuple[Entitlements, dict[str, str]]:
+    """One application subscribed to each of `apis`, the key set `signer` belongs to, and the header of a key
+    it signed for that application (as the server issues one)."""
+    uid = "uid-bench"
+    application = documents.application("bench")
+    application["metadata"]["uid"] = uid
+    key_set = documents.document("KeySet", KEY_SET, spec={"issuer": ISSUER, "keys": [signer.jwk()]})
+    grants = [
+        documents.subscription(f"bench-{api.metadata.name}", application="bench", api=api.metadata.name) for api in apis
+    ]
+    held = [REGISTRY.parse(document) for document in (application, key_set, *grants)]
+    claims = {"iss": ISSUER, "sub": f"{PROJECT}/bench", "app": "bench", KEY_APPLICATION_UID_CLAIM: uid}
+    claims |= {"project": PROJECT, "jti": "k-bench", "iat": int(time.time())}
+    return Entitlements.of(held), {"x-api-key": signer.sign(claims)}
+
+
+async def config_scale(work: Path, apis: int, authenticated: bool = False) -> dict[str, Any]:
+    """Translate and publish a catalog of `apis` APIs to one real Envoy through the agent's publisher;
+    `authenticated`: each behind a signed API key, with a subscription to it."""
     with nginx(work) as upstream:
         settings = GatewaySettings(listener_port=free_port(), backends=BackendPolicy(allow_loopback=True))
-        resources = catalog(apis, upstream)
+        entitlements, headers, now = None, {}, None
+        if authenticated:
+            resources = catalog(apis, upstream, authentication=SIGNED)
+            entitlements, headers = subscribed(resources, SigningKey("bench", ec.generate_private_key(ec.SECP256R1())))
+            now = time.time()
+        else:
+            resources = catalog(apis, upstream)
         durations = []
         for _ in range(TRANSLATIONS):
             begun = time.perf_counter()
-            config = translate_apis(resources, settings)
+            config = translate_apis(resources, settings, entitlements, now)
             durations.append(time.perf_counter() - begun)
         sizes = {
             "lds": sum(m.ByteSize() for m in config.listeners),
@@ -150,6 +246,8 @@ async def config_scale(work: Path, apis: int) -> dict[str, Any]:
             "cds": sum(m.ByteSize() for m in config.clusters),
             "eds": sum(m.ByteSize() for m in config.endpoints),
         }
+        if authenticated:
+            sizes["ecds"] = sum(m.ByteSize() for m in config.extension_configs)
         cache = ResourceCache()
         publisher = GatewayPublisher(cache, ack_timeout=120)
         server = grpc.aio.server()
@@ -173,7 +271,7 @@ async def config_scale(work: Path, apis: int) -> dict[str, Any]:
 
                     async def answers() -> bool:
                         try:
-                            return (await http.get(last)).status_code == 200
+                            return (await http.get(last, headers=headers)).status_code == 200
                         except httpx.HTTPError:
                             return False
 
@@ -184,6 +282,7 @@ async def config_scale(work: Path, apis: int) -> dict[str, Any]:
     return {
         "apis": apis,
         "operations": apis * OPERATIONS_PER_API,
+        **({"authentication": "signed API key, one subscription per API"} if authenticated else {}),
         "translate_ms": round(min(durations) * 1000, 1),
         "bytes": sizes,
         "publish_acked_ms": round(applied * 1000, 1),
@@ -207,7 +306,9 @@ def main() -> None:
     started = time.monotonic()
     report = run(2 if args.quick else args.seconds, args.connections)
     with tempfile.TemporaryDirectory(prefix="meshplane-bench-") as tmp_dir:
-        report["config_scale"] = asyncio.run(config_scale(Path(tmp_dir), 100 if args.quick else args.apis))
+        apis = 100 if args.quick else args.apis
+        report["config_scale"] = asyncio.run(config_scale(Path(tmp_dir), apis))
+        report["config_scale_authenticated"] = asyncio.run(config_scale(Path(tmp_dir), apis, authenticated=True))
     report["wall_seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(report, indent=2))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Mapping
 
 import httpx
@@ -10,8 +11,10 @@ from meshplane_testing.eventually import eventually
 
 
 class Gateway:
-    def __init__(self, port: int):
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5)
+    def __init__(self, port: int, *, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None):
+        """Plain HTTP to `host:port`, or HTTPS with `tls` (the name in the URL is what SNI sends)."""
+        scheme = "https" if tls is not None else "http"
+        self.http = httpx.Client(base_url=f"{scheme}://{host}:{port}", timeout=5, verify=tls or True)
 
     def request(self, method: str, path: str, headers: Mapping[str, str] | None = None) -> httpx.Response:
         return self.http.request(method, path, headers=headers)
