@@ -78,6 +78,9 @@ def test_the_strictest_of_a_plans_policies_holds(fleet: Fleet, row: str) -> None
     path, headers = f"/{_name(row)}/x", {"x-api-key": fleet.key}
     fleet.gateway.wait_for(path, lambda r: r.status_code != 404, headers=headers, timeout=30)
     time.sleep(1)  # the rate limiter has the limits too by now
+    # Global counts are per window of the unit (an hour, from the top of the hour): keep the calls in one.
+    if time.time() % 3600 > 3600 - 15:
+        time.sleep(3601 - time.time() % 3600)
     answers = [fleet.gateway.request("GET", path, headers).status_code for _ in range(8)]
 
     # The wait may have spent one of the three; the looser limits would let all eight through.
