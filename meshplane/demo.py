@@ -2,7 +2,8 @@
 
 Server (SQLite), one agent for cluster `demo` with its enforcer and rate limiter, a real Envoy and a
 sample upstream, each a child process with its log under the data directory; all of them stop when
-the demo stops, and die with it if it is killed.
+the demo stops, and die with it if it is killed. The HTTPS part of the tour uses the certificates it
+keeps in DATA_DIR/tls; the gateway writes its access log to DATA_DIR/logs/access.log.
 """
 
 from __future__ import annotations
