@@ -26,6 +26,7 @@ from meshplane.client import ApiError, Applied, MeshplaneClient, ServerUnreachab
 from meshplane.config import AgentSettings, DataPlaneServiceSettings, LogFormat, ServerSettings
 from meshplane.enforcer.settings import EnforcerSettings
 from meshplane.model.registry import UnknownKind
+from meshplane.model.resource import API_VERSION
 from meshplane.observability.logging import configure_logging
 from meshplane.ratelimiter.settings import RateLimiterSettings
 from meshplane.security.commands import certs_app
@@ -40,6 +41,8 @@ signing_keys_app = typer.Typer(no_args_is_help=True, help="The server's keys tha
 app.add_typer(signing_keys_app, name="signing-keys")
 tokens_app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the north API: create, list, revoke.")
 app.add_typer(tokens_app, name="tokens")
+tls_app = typer.Typer(no_args_is_help=True, help="TLSCertificates of a project's Gateways, from PEM files.")
+app.add_typer(tls_app, name="tls")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -445,6 +448,10 @@ def ratelimiter(
     _run_fed_service(ctx, RateLimiterSettings, run_ratelimiter)
 
 
+def _print_applied(done: Applied) -> None:
+    out.print(f"{done.label} {'created' if done.created else 'configured'}", highlight=False)
+
+
 @app.command()
 def apply(
     file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
@@ -466,11 +473,8 @@ def apply(
     async def call() -> None:
         nonlocal code
 
-        def show(done: Applied) -> None:
-            out.print(f"{done.label} {'created' if done.created else 'configured'}", highlight=False)
-
         async with MeshplaneClient(server, token, cacert=cacert) as client:
-            applied = await apply_file(client, docs, project, on_applied=show)
+            applied = await apply_file(client, docs, project, on_applied=_print_applied)
             if wait:
                 from meshplane.cli_ops import wait_for_rollouts
 
@@ -998,6 +1002,30 @@ def tokens_revoke(
         cacert,
         lambda client: client.revoke_token(token_id),
         lambda _: out.print(f"token {token_id} revoked", highlight=False),
+    )
+
+
+@tls_app.command("create")
+def tls_create(
+    name: Annotated[str, typer.Argument(help="the TLSCertificate, as a Gateway listener's certificateRefs names it")],
+    cert: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="PEM certificate chain, leaf first")],
+    key: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="its unencrypted PEM private key")],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """Create or replace a TLSCertificate from a certificate and key on disk, so the key never sits in a YAML
+    file; the server stores it sealed and no read returns it."""
+    with user_errors():
+        spec = {"certificate": cert.read_text(), "privateKey": key.read_text()}
+    doc = {"apiVersion": API_VERSION, "kind": "TLSCertificate", "metadata": {"name": name}, "spec": spec}
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.put(doc, project),
+        _print_applied,
     )
 
 

@@ -2,7 +2,8 @@
 
 Server (SQLite), one agent for cluster `demo` with its enforcer and rate limiter, a real Envoy and a
 sample upstream, each a child process with its log under the data directory; all of them stop when
-the demo stops, and die with it if it is killed.
+the demo stops, and die with it if it is killed. The HTTPS part of the tour uses the certificates it
+keeps in DATA_DIR/tls; the gateway writes its access log to DATA_DIR/logs/access.log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 
 from meshplane.agent.bootstrap import bootstrap_yaml
 from meshplane.child_processes import start_child
+from meshplane.demo_tls import SHOP_HOST, ensure_demo_tls
 from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
 from meshplane.security.ca import Pki
 
@@ -30,6 +32,8 @@ AGENT_ADMIN = "127.0.0.1:18003"
 ENFORCER = "127.0.0.1:18081"
 RATELIMITER = "127.0.0.1:18082"
 UPSTREAM_PORT = 9001
+HTTPS_PORT, MTLS_PORT = 10443, 10444
+"""The listeners of examples/shop-https.yaml, on the host of the agent's gateway address."""
 
 TOUR = f"""
 meshplane demo is running.
@@ -40,7 +44,8 @@ meshplane demo is running.
   gateway       http://{GATEWAY}   (Envoy admin: http://127.0.0.1:{ENVOY_ADMIN})
   enforcer      {ENFORCER}   rate limiter {RATELIMITER}   (fed by the agent)
   upstream      http://127.0.0.1:{UPSTREAM_PORT}   (echoes what reaches it)
-  logs          {{logs}}
+  logs          {{logs}}   (the gateway's access log: {{access_log}})
+  HTTPS         a CA, a certificate for {SHOP_HOST} and a client certificate in {{tls}}
 
 The north API wants a bearer token; the server made an admin token for you:
 
@@ -60,6 +65,12 @@ Try, in another shell (with the virtualenv active: . .venv/bin/activate):
   KEY=$(meshplane keys create mobile --key-only)
   curl -s -H "x-api-key: $KEY" http://{GATEWAY}/catalog/items   # 200: application mobile, plan gold
   for i in $(seq 6); do curl -so /dev/null -w '%{{{{http_code}}}} ' -H "x-api-key: $KEY" {GATEWAY}/catalog/items; done
+
+  meshplane tls create shop-cert --cert {{tls}}/shop.crt --key {{tls}}/shop.key
+  {{{{ cat examples/shop-https.yaml; sed 's/^/          /' {{tls}}/ca.crt; }}}} | meshplane apply -f -
+  curl -s --cacert {{tls}}/ca.crt https://{SHOP_HOST}:{HTTPS_PORT}/shop/items
+  curl -s --cacert {{tls}}/ca.crt --cert {{tls}}/client.crt --key {{tls}}/client.key https://{SHOP_HOST}:{MTLS_PORT}/shop/items
+  tail -n 1 {{access_log}}
 
 Ctrl-C stops everything.
 """
@@ -96,6 +107,8 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             RATELIMITER,
             f"127.0.0.1:{ENVOY_ADMIN}",
             f"127.0.0.1:{UPSTREAM_PORT}",
+            f"127.0.0.1:{HTTPS_PORT}",
+            f"127.0.0.1:{MTLS_PORT}",
         )
         if not _port_free(a)
     ]
@@ -103,6 +116,8 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         raise SystemExit(f"meshplane demo needs these ports, which are in use: {', '.join(busy)}")
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    access_log = (logs / "access.log").resolve()
+    tls = ensure_demo_tls(data_dir / "tls")
     (data_dir / "envoy.yaml").write_text(bootstrap_yaml("demo-gateway", "127.0.0.1", 18001, admin_port=ENVOY_ADMIN))
     envoy = envoy_path()
     if envoy is None:
@@ -122,7 +137,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         await start("upstream", sys.executable, "-m", "meshplane.sample_upstream", "demo-upstream", str(UPSTREAM_PORT))
         # The server created its CA on start; the agent gets a certificate for cluster `demo` from it,
         # as `meshplane certs issue-agent --cluster demo --out …` would hand it out.
-        tls = Pki.of_data_dir(data_dir / "server").export_agent("demo", data_dir / "agent-tls")
+        link = Pki.of_data_dir(data_dir / "server").export_agent("demo", data_dir / "agent-tls")
         await start(
             "agent",
             *me,
@@ -135,16 +150,18 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             data_dir / "agent",
             "--no-in-cluster",  # a demo on localhost, even when started in a pod
             "--tls-cert",
-            tls.certificate,
+            link.certificate,
             "--tls-key",
-            tls.key,
+            link.key,
             "--tls-ca",
-            tls.ca,
+            link.ca,
             "--enforcer-address",
             ENFORCER,
             "--ratelimiter-address",
             RATELIMITER,
             "--allow-loopback-backends",  # the sample upstream listens on localhost
+            "--access-log",
+            access_log,
             "--envoy-admin-address",
             f"127.0.0.1:{ENVOY_ADMIN}",
             "--log-format",
@@ -178,7 +195,10 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
         async with asyncio.timeout(30):
             await _wait_http(f"http://127.0.0.1:{ENVOY_ADMIN}/ready", gateway, "envoy")
         pki, token_file = (data_dir / "server" / "pki").resolve(), (data_dir / "server" / "admin-token").resolve()
-        print(TOUR.format(logs=logs.resolve(), pki=pki, token_file=token_file), flush=True)
+        tour = TOUR.format(
+            logs=logs.resolve(), pki=pki, token_file=token_file, tls=tls.directory.resolve(), access_log=access_log
+        )
+        print(tour, flush=True)
         await stop.wait()
     finally:
         for proc in reversed(children):
