@@ -18,6 +18,7 @@ from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
+from meshplane.agent.translate.mtls import mtls_refusal, refuse_unverified, verifying_route_tables
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
@@ -55,7 +56,7 @@ def _refusals(
 ) -> dict[str, str]:
     refused = {}
     for api in views:
-        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways)
+        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways) or mtls_refusal(api)
         if reason is not None:
             refused[f"{api.project}/{api.name}"] = reason
     return refused
@@ -110,8 +111,17 @@ def translate_apis(
     def listener_for(listener_settings: GatewaySettings) -> listener_pb2.Listener:
         return gateway_listener(listener_settings, filters, access.local_reply(), access_logs(listener_settings))
 
+    verifying = verifying_route_tables(gateways)
+
     def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
-        return route_configuration(name, served, decorate, access.preflight_route)
+        if name in verifying:
+            return route_configuration(name, served, decorate, access.preflight_route)
+
+        def unverified(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+            decorate(api, op, route)
+            refuse_unverified(api, route)
+
+        return route_configuration(name, served, unverified, access.preflight_route)
 
     listeners = [listener_for(settings)]
     routes = [routes_for(settings.route_config_name, [api for api in views if not api.spec.gateways])]
