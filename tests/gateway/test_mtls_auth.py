@@ -43,7 +43,9 @@ class Fleet:
     seen: list[dict[str, Any]]
     north: httpx.Client
 
-    def curl(self, path: str, client: str | None = None, key: str | None = None, listener: str = "mtls") -> str:
+    def curl(
+        self, path: str, client: str | None = None, key: str | None = None, listener: str = "mtls", *headers: str
+    ) -> str:
         """The HTTP status of GET https://HOST:port/path (curl's exit code when no answer came)."""
         port = self.ports[listener]
         argv = ["curl", "-sS", "--max-time", "5", "--cacert", str(self.files / "ca.crt")]
@@ -52,6 +54,7 @@ class Fleet:
             argv += ["--cert", str(self.files / f"{client}.crt"), "--key", str(self.files / f"{client}.key")]
         if key is not None:
             argv += ["-H", f"x-api-key: {self.keys[key]}"]
+        argv += [item for header in headers for item in ("-H", header)]
         done = subprocess.run([*argv, f"https://{HOST}:{port}{path}"], capture_output=True, text=True, timeout=10)
         return done.stdout if done.stdout not in ("", "000") else f"curl exit {done.returncode}"
 
@@ -83,9 +86,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             https("plain", ports["plain"], HOST, "api-cert"),
         ]
         put(north, documents.document("Gateway", "public", spec={"listeners": listeners}))
+        fingerprint = clients["beta"].certificate.fingerprint(hashes.SHA256())
+        (files / "beta.fingerprint").write_text(fingerprint.hex())
         by = {
             "alpha": {"san": "spiffe://meshplane/cluster/alpha"},
-            "beta": {"fingerprint": clients["beta"].certificate.fingerprint(hashes.SHA256()).hex(":")},
+            "beta": {"fingerprint": fingerprint.hex(":")},
             "gamma": {"subject": "CN=gamma,O=meshplane"},
         }
         for app, mapping in by.items():
@@ -159,6 +164,17 @@ def test_the_upstream_sees_the_application_and_plan(
     assert fleet.curl(path, client, key) == "200"
     headers = fleet.seen[-1]["headers"]
     assert (headers.get("x-meshplane-application"), headers.get("x-meshplane-plan")) == (application, plan)
+
+
+@pytest.mark.parametrize(
+    ("client", "expected"), [(None, "401"), ("nobody", "403")], ids=["no-certificate", "unmapped-certificate"]
+)
+def test_a_fingerprint_a_caller_writes_in_a_header_counts_for_nothing(
+    fleet: Fleet, client: str | None, expected: str
+) -> None:
+    fingerprint = (fleet.files / "beta.fingerprint").read_text()
+    forged = f'x-forwarded-client-cert: Hash={fingerprint};Subject="CN=beta,O=meshplane"'
+    assert fleet.curl("/certs/x", client, None, "mtls", forged) == expected
 
 
 def test_a_plan_limit_holds_for_a_certificate_caller(fleet: Fleet) -> None:

@@ -333,12 +333,10 @@ class AccessPlan:
         """As `_subscribers`, for token callers: a plan's policy admits the client ids (by issuer) of the
         applications subscribed on it, and also asks for the operation's scopes; a shadow policy per
         application, named after it, records who the caller is (for the upstream and per-application limits)."""
-        accepted = {issuer.issuer for issuer in jwt.issuers()}
         by_plan: dict[str, list[rbac_pb2.Principal]] = {}
         by_application: dict[str, list[rbac_pb2.Principal]] = {}
         for grant in self.entitlements.grants(api.project, api.name):
-            clients = self.entitlements.client_ids.get((api.project, grant.application), [])
-            known = [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
+            known = _known_clients(jwt, self.entitlements.client_ids.get((api.project, grant.application), []))
             if known:
                 by_plan.setdefault(grant.plan, []).extend(known)
                 by_application[grant.application] = known
@@ -485,13 +483,18 @@ def _client_is(jwt: JwtAuth, issuer: str, client: str) -> rbac_pb2.Principal:
 
 def _token_clients(jwt: JwtAuth, clients: list[tuple[str, str]], scopes: list[str]) -> list[rbac_pb2.Principal]:
     """The tokens of an application's clients (by issuer) that carry `scopes`, as one principal; none if none."""
-    accepted = {issuer.issuer for issuer in jwt.issuers()}
-    known = [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
+    known = _known_clients(jwt, clients)
     if not known:
         return []
     required = [_claim_has_scope(jwt.scopes_claim, scope) for scope in scopes]
     caller = known[0] if len(known) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=known))
     return [rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[caller, *required]))] if required else [caller]
+
+
+def _known_clients(jwt: JwtAuth, clients: list[tuple[str, str]]) -> list[rbac_pb2.Principal]:
+    """The tokens of these (issuer, client id) pairs, for the issuers the API accepts."""
+    accepted = {issuer.issuer for issuer in jwt.issuers()}
+    return [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
 
 
 def _or_missing_name(requirement: str) -> str:
