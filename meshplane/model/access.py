@@ -267,6 +267,8 @@ class ApplicationSpec(WireModel):
         pairs = [(client.issuer, client.client_id) for client in self.client_ids]
         if len(set(pairs)) != len(pairs):
             raise ValueError("each client id may be given once per issuer")
+        if len(set(self.client_certificates)) != len(self.client_certificates):
+            raise ValueError("each client certificate may be given once")
         return self
 
 
