@@ -68,7 +68,7 @@ def _pem(files: Path, name: str, pair: KeyPair) -> None:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     files = tmp_path_factory.mktemp("mtls-auth")
     ca, client_ca = create_ca(), create_ca()
-    clients = {name: issue_agent_certificate(client_ca, name) for name in ("alpha", "beta", "gamma", "nobody")}
+    clients = {name: issue_agent_certificate(client_ca, name) for name in ("alpha", "beta", "gamma", "delta", "nobody")}
     ports = {"mtls": free_port(), "plain": free_port()}
     with (
         run_upstream("mtls") as (upstream_port, seen),
@@ -92,6 +92,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             "alpha": {"san": "spiffe://meshplane/cluster/alpha"},
             "beta": {"fingerprint": fingerprint.hex(":")},
             "gamma": {"subject": "CN=gamma,O=meshplane"},
+            "delta": {"san": "spiffe://meshplane/cluster/delta"},
         }
         for app, mapping in by.items():
             put(north, documents.application(app, clientCertificates=[mapping]))
@@ -106,6 +107,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         put(north, documents.api("elsewhere", backends=backend, authentication=CERTIFICATE_ONLY))
         for app in ("alpha", "beta", "gamma"):
             put(north, documents.subscription(f"{app}-certs", application=app, api="certs", plan="gold"))
+        blocked = documents.subscription("delta-certs", application="delta", api="certs", state="blocked")
+        put(north, blocked)
         for app in ("alpha", "beta"):
             for api in ("both", "either"):
                 put(north, documents.subscription(f"{app}-{api}", application=app, api=api, plan="silver"))
@@ -129,6 +132,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         pytest.param("/certs/x", "beta", None, "200", id="certificate-by-fingerprint"),
         pytest.param("/certs/x", "gamma", None, "200", id="certificate-by-subject"),
         pytest.param("/certs/x", "nobody", None, "403", id="unmapped-certificate"),
+        pytest.param("/certs/x", "delta", None, "403", id="subscription-blocked"),
         pytest.param("/certs/x", None, None, "401", id="no-certificate"),
         pytest.param("/certs/x", None, "alpha", "401", id="a-key-is-not-a-certificate"),
         pytest.param("/both/x", "alpha", "alpha", "200", id="both-given"),
