@@ -190,6 +190,12 @@ def test_a_listener_that_does_not_verify_certificates_refuses_the_api_saying_why
     assert fleet.curl("/certs/x", listener="plain") == "503"
     assert fleet.curl("/either/x", key="alpha", listener="plain") == "503"
 
+    def status() -> str:
+        return str(fleet.north.get("/v1/projects/default/gateways/public").json().get("status", {}))
+
+    told = eventually(lambda: "does not verify" in (text := status()) and text, timeout=20, what="the Gateway status")
+    assert "listener plain" in told and "certs" in told
+
 
 def test_an_api_asking_for_certificates_is_not_served_on_the_default_listener(fleet: Fleet) -> None:
     def status() -> str:

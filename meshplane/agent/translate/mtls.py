@@ -23,7 +23,7 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.entitlements import Entitlements, Grant
-from meshplane.agent.translate.gateways import route_name
+from meshplane.agent.translate.gateways import route_name, served_by
 from meshplane.model.access import ClientCertificate, MtlsAuth
 from meshplane.model.gateways import GatewaySpec
 from meshplane.model.resource import Resource
@@ -57,6 +57,24 @@ def verifying_route_tables(gateways: Iterable[Resource]) -> frozenset[str]:
             if listener.tls is not None and listener.tls.client_validation is not None:
                 names.add(route_name(f"{resource.metadata.project or ''}/{resource.metadata.name}/{listener.name}"))
     return frozenset(names)
+
+
+def unverified_problems(gateways: Iterable[Resource], apis: Iterable[Api]) -> dict[str, str]:
+    """Gateways (`project/name`) with a listener serving APIs that ask for client certificates it does not
+    verify (their routes there answer 503), each with which."""
+    apis = list(apis)
+    problems: dict[str, str] = {}
+    for resource in gateways:
+        spec: GatewaySpec = resource.spec
+        project, name = resource.metadata.project or "", resource.metadata.name
+        asking = sorted(api.name for api in apis if served_by(api, project, name) and mtls_of(api) is not None)
+        for listener in spec.listeners:
+            if asking and (listener.tls is None or listener.tls.client_validation is None):
+                told = (
+                    f"listener {listener.name} does not verify client certificates, which {', '.join(asking)} ask for"
+                )
+                problems[f"{project}/{name}"] = "; ".join(filter(None, [problems.get(f"{project}/{name}"), told]))
+    return problems
 
 
 def refuse_unverified(api: Api, route: route_components_pb2.Route) -> None:

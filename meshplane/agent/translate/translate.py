@@ -18,7 +18,12 @@ from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
-from meshplane.agent.translate.mtls import mtls_refusal, refuse_unverified, verifying_route_tables
+from meshplane.agent.translate.mtls import (
+    mtls_refusal,
+    refuse_unverified,
+    unverified_problems,
+    verifying_route_tables,
+)
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
@@ -155,5 +160,14 @@ def translate_apis(
         refused=refused,
         extension_configs=[*access.extension_configs(), *limits.extension_configs()],
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
-        gateway_problems=named.problems,
+        gateway_problems=_joined(unverified_problems(gateways, views), named.problems),
     )
+
+
+def _joined(*problems: Mapping[str, str]) -> dict[str, str]:
+    """Problems by Gateway from several checks, one text per Gateway."""
+    out: dict[str, str] = {}
+    for found in problems:
+        for gateway, text in found.items():
+            out[gateway] = f"{out[gateway]}; {text}" if gateway in out else text
+    return dict(sorted(out.items()))

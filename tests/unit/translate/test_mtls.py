@@ -155,6 +155,14 @@ def test_a_listener_that_verifies_no_certificate_answers_503_saying_why() -> Non
     assert not route.HasField("route") and not route.typed_per_filter_config
 
 
+def test_the_gateway_is_told_which_listener_serves_certificate_apis_it_does_not_verify() -> None:
+    assert (
+        "does not verify client certificates"
+        in translated({"mtls": {}}, validation=False).gateway_problems["default/public"]
+    )
+    assert "does not verify" not in translated({"mtls": {}}).gateway_problems.get("default/public", "")
+
+
 def test_an_api_with_mtls_on_the_default_listener_is_refused() -> None:
     orders = parsed("API", "orders", {"basePath": "/orders", "backends": [backend()], "authentication": {"mtls": {}}})
     config = translate_apis([orders], SETTINGS, entitlements(), NOW)
