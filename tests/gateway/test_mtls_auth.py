@@ -20,6 +20,7 @@ from meshplane.security.ca import KeyPair, create_ca, issue_agent_certificate, i
 from meshplane_testing import documents
 from meshplane_testing.access_fleet import data_plane, issue
 from meshplane_testing.eventually import eventually
+from meshplane_testing.identity import IdentityProvider
 from meshplane_testing.meshplane import run_server
 from meshplane_testing.north import put
 from meshplane_testing.process import free_port
@@ -32,6 +33,12 @@ HOST = "api.example.com"
 CERTIFICATE_ONLY = {"mtls": {}}
 BOTH = {"apiKey": {"header": "x-api-key"}, "mtls": {"required": True}}
 EITHER = {"apiKey": {"header": "x-api-key"}, "mtls": {"required": False}}
+ISSUER, AUDIENCE = "https://idp.example.com", "shop"
+IDP = IdentityProvider(ISSUER, AUDIENCE)
+TOKEN_OR_CERTIFICATE = {
+    "jwt": {"issuer": ISSUER, "audiences": [AUDIENCE], "jwks": IDP.jwks, "requireSubscription": True},
+    "mtls": {"required": False},
+}
 
 
 @dataclass
@@ -95,13 +102,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             "delta": {"san": "spiffe://meshplane/cluster/delta"},
         }
         for app, mapping in by.items():
-            put(north, documents.application(app, clientCertificates=[mapping]))
+            clients = [{"issuer": ISSUER, "clientId": f"{app}-client"}]
+            put(north, documents.application(app, clientCertificates=[mapping], clientIds=clients))
         backend = [documents.backend(upstream_port)]
         for name, auth in (
             ("certs", CERTIFICATE_ONLY),
             ("both", BOTH),
             ("either", EITHER),
             ("limited", CERTIFICATE_ONLY),
+            ("tokens", TOKEN_OR_CERTIFICATE),
         ):
             put(north, documents.api(name, backends=backend, authentication=auth, gateways=["public"]))
         put(north, documents.api("elsewhere", backends=backend, authentication=CERTIFICATE_ONLY))
@@ -110,7 +119,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         blocked = documents.subscription("delta-certs", application="delta", api="certs", state="blocked")
         put(north, blocked)
         for app in ("alpha", "beta"):
-            for api in ("both", "either"):
+            for api in ("both", "either", "tokens"):
                 put(north, documents.subscription(f"{app}-{api}", application=app, api=api, plan="silver"))
         put(north, documents.subscription("alpha-limited", application="alpha", api="limited", plan="bronze"))
         target = {"kind": "SubscriptionPlan", "name": "bronze", "api": "limited"}
@@ -150,6 +159,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 )
 def test_certificate_rows(fleet: Fleet, path: str, client: str | None, key: str | None, expected: str) -> None:
     assert fleet.curl(path, client, key) == expected
+
+
+@pytest.mark.parametrize(
+    ("client", "token_client", "expected"),
+    [
+        pytest.param(None, "alpha-client", "200", id="token-alone"),
+        pytest.param("beta", None, "200", id="certificate-alone"),
+        pytest.param(None, "gamma-client", "403", id="token-of-an-application-not-subscribed"),
+        pytest.param(None, None, "401", id="neither"),
+    ],
+)
+def test_a_token_or_a_certificate(fleet: Fleet, client: str | None, token_client: str | None, expected: str) -> None:
+    headers = [f"authorization: Bearer {IDP.token(azp=token_client)}"] if token_client is not None else []
+    assert fleet.curl("/tokens/x", client, None, "mtls", *headers) == expected
 
 
 @pytest.mark.parametrize(
