@@ -13,6 +13,7 @@ what changes with APIs, keys and applications reaches the filters as their disco
                     (both answered 401 by a local-reply mapper)
   rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route;
                     for token callers also one shadow policy per application, which names the caller
+                    (client certificates as a credential the same way: see `mtls`)
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
 points a filter at a service that is not there, and never lets such a request through.
