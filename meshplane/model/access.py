@@ -172,16 +172,37 @@ class JwtAuth(JwtIssuer):
         return self
 
 
+class MtlsAuth(WireModel):
+    """The caller's verified client certificate as a credential: it counts as the Application whose
+    `clientCertificates` name it. Served only on Gateway listeners that verify client certificates."""
+
+    required: bool = True
+    """Beside an API key or a token: true, both are needed (and must name the same application); false,
+    either one is enough. Alone, the certificate is the only credential and must be required."""
+
+
 class Authentication(WireModel):
-    """Absent: anyone may call. Exactly one of apiKey (applications) and jwt (users)."""
+    """Absent: anyone may call. At most one of apiKey (applications) and jwt (users), plus or instead mtls
+    (client certificates); at least one of the three."""
 
     api_key: ApiKeyAuth | None = None
     jwt: JwtAuth | None = None
+    mtls: MtlsAuth | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Authentication:
-        if (self.api_key is None) == (self.jwt is None):
-            raise ValueError("give exactly one of apiKey and jwt")
+        if self.api_key is not None and self.jwt is not None:
+            raise ValueError("give at most one of apiKey and jwt")
+        if self.mtls is None:
+            if self.api_key is None and self.jwt is None:
+                raise ValueError("give one of apiKey, jwt and mtls")
+            return self
+        if self.api_key is None and self.jwt is None and not self.mtls.required:
+            raise ValueError("mtls.required: a client certificate alone must be required")
+        if self.api_key is not None and self.api_key.mode is KeyMode.OPAQUE:
+            raise ValueError("mtls combines with signed API keys only (apiKey.mode: signed)")
+        if self.jwt is not None and not self.jwt.require_subscription:
+            raise ValueError("mtls combines with jwt only when jwt.requireSubscription names the application")
         return self
 
 
@@ -203,19 +224,51 @@ class ClientId(WireModel):
     client_id: str = Field(min_length=1, max_length=256)
 
 
+class ClientCertificate(WireModel):
+    """How a client certificate is recognised as an application's, by exactly one of: its subject (RFC 4514,
+    most specific first, e.g. `CN=orders-client,O=Shop`), one of its SANs (a URI or DNS name), or the SHA-256
+    fingerprint of the certificate (hex, colons allowed)."""
+
+    subject: str | None = Field(
+        default=None, min_length=3, max_length=1024, pattern=r"^[^\x00-\x1f\x7f=]+=[^\x00-\x1f\x7f]*$"
+    )
+    san: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^[^\s\x00-\x1f\x7f=,;\"]+$")
+    fingerprint: str | None = None
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _sha256(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        digest = value.replace(":", "").lower()
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError("must be a SHA-256 fingerprint: 64 hex digits, colons allowed")
+        return digest
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ClientCertificate:
+        if sum(value is not None for value in (self.subject, self.san, self.fingerprint)) != 1:
+            raise ValueError("give exactly one of subject, san and fingerprint")
+        return self
+
+
 class ApplicationSpec(WireModel):
     """A consumer of APIs. Its keys are made with POST .../applications/{name}/keys, never written here; its
-    `clientIds` make tokens that identity providers issue to it count as it, for APIs that require a subscription."""
+    `clientIds` make tokens that identity providers issue to it count as it, for APIs that require a subscription;
+    its `clientCertificates` do the same for client certificates, on APIs with `authentication.mtls`."""
 
     description: str = ""
     owner: str | None = None
     client_ids: list[ClientId] = Field(default_factory=list)
+    client_certificates: list[ClientCertificate] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _distinct_client_ids(self) -> ApplicationSpec:
         pairs = [(client.issuer, client.client_id) for client in self.client_ids]
         if len(set(pairs)) != len(pairs):
             raise ValueError("each client id may be given once per issuer")
+        if len(set(self.client_certificates)) != len(self.client_certificates):
+            raise ValueError("each client certificate may be given once")
         return self
 
 

@@ -2,7 +2,8 @@
 
 What a RateLimitPolicy targets must exist (422 with the field path; what a Subscription names is checked as
 every kind's references are, see references); an application subscribes to an API once (409); a token client
-(issuer and client id) is one application's in a project (409); an API whose routes would meet another's at a
+(issuer and client id) is one application's in a project (409), and so is a client certificate's
+subject, SAN or fingerprint (409); an API whose routes would meet another's at a
 gateway is refused (409, see api_conflicts; another project's API is not named).
 """
 
@@ -11,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from meshplane.model.access import ApplicationSpec, PolicyTarget, RateLimitPolicySpec, SubscriptionSpec, TargetKind
+from meshplane.model.access import (
+    ApplicationSpec,
+    ClientCertificate,
+    PolicyTarget,
+    RateLimitPolicySpec,
+    SubscriptionSpec,
+    TargetKind,
+)
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import Placement, origin_cluster
 from meshplane.model.resource import FieldError, InvalidObject, Resource
@@ -47,7 +55,7 @@ async def check_access(store: Store, resource: Resource, lookup: ApiLookup | Non
         return await _check_api_routes(store, resource, spec, lookup)
     if isinstance(spec, SubscriptionSpec):
         return await _check_subscription(store, project, resource.metadata.name, spec)
-    if isinstance(spec, ApplicationSpec) and spec.client_ids:
+    if isinstance(spec, ApplicationSpec) and (spec.client_ids or spec.client_certificates):
         return await _check_client_ids(store, project, resource.metadata.name, spec)
     if isinstance(spec, RateLimitPolicySpec):
         await _check_target(store, project, spec.target)
@@ -72,11 +80,18 @@ def collides_with_access_checks(resource: Resource, other: StoredObject) -> bool
 
 
 def _client_pairs(spec: ApplicationSpec) -> set[tuple[str, str]]:
-    return {(client.issuer, client.client_id) for client in spec.client_ids}
+    """What the application is recognised by: (issuer, client id) of its token clients, and
+    ("certificate <way>", value) of its client certificates."""
+    certificates = {(f"certificate {way}", value) for c in spec.client_certificates for way, value in _ways(c)}
+    return {(client.issuer, client.client_id) for client in spec.client_ids} | certificates
 
 
 def _stored_client_pairs(stored: StoredObject) -> set[tuple[str, str]]:
-    return {(client.get("issuer", ""), client.get("clientId", "")) for client in stored.spec.get("clientIds", [])}
+    return _client_pairs(ApplicationSpec.model_validate(stored.spec))
+
+
+def _ways(certificate: ClientCertificate) -> list[tuple[str, str]]:
+    return [(way, value) for way, value in certificate.model_dump().items() if value is not None]
 
 
 async def _stored_api(store: Store, project: str, name: str) -> StoredObject | None:
@@ -98,14 +113,20 @@ async def _check_subscription(store: Store, project: str, name: str, spec: Subsc
 
 
 async def _check_client_ids(store: Store, project: str, name: str, spec: ApplicationSpec) -> int:
-    """A token's client names one application: two that claim it would both answer for its tokens."""
+    """A token's client, or a client certificate, names one application: two that claim it would both answer
+    for it."""
     applications, revision = await store.list("Application", project)
     wanted = _client_pairs(spec)
     for other in applications:
         shared = wanted & _stored_client_pairs(other) if other.name != name else set()
         if shared:
             issuer, client = min(shared)
-            raise Problem(409, f"client id {client!r} of issuer {issuer} already belongs to application {other.name}")
+            what = (
+                f"{issuer} {client!r}"
+                if issuer.startswith("certificate ")
+                else f"client id {client!r} of issuer {issuer}"
+            )
+            raise Problem(409, f"{what} already belongs to application {other.name}")
     return revision
 
 

@@ -381,6 +381,25 @@ async def test_a_token_client_belongs_to_one_application_of_a_project(mobile: ht
     assert (await mobile.get(f"{SHOP}/applications/second")).status_code == 404
 
 
+async def test_a_client_certificate_belongs_to_one_application_of_a_project(mobile: httpx.AsyncClient) -> None:
+    def app(name: str, *certificates: dict[str, str]) -> dict[str, Any]:
+        return document("Application", name, project="shop", spec={"clientCertificates": list(certificates)})
+
+    san = {"san": "spiffe://shop/orders"}
+    first = await put(mobile, "applications", app("first", san))
+    second = await put(mobile, "applications", app("second", {"subject": "CN=x"}, san))
+    same_print = await put(mobile, "applications", app("third", {"fingerprint": "AB" * 32}))
+    written_otherwise = await put(mobile, "applications", app("fourth", {"fingerprint": ":".join(["ab"] * 32)}))
+    again = await put(mobile, "applications", app("first", san))
+
+    assert first.status_code == 201, first.text
+    assert second.status_code == 409 and "first" in second.json()["detail"], second.text
+    assert same_print.status_code == 201, same_print.text
+    assert written_otherwise.status_code == 409 and "third" in written_otherwise.json()["detail"]
+    assert again.status_code == 200, again.text
+    assert (await mobile.get(f"{SHOP}/applications/second")).status_code == 404
+
+
 async def test_api_key_header_defaults_and_is_kept_lower_case(client: httpx.AsyncClient) -> None:
     defaulted = await put(client, "apis", api("orders", project="shop", authentication={"apiKey": {}}))
     named = await put(

@@ -13,6 +13,7 @@ what changes with APIs, keys and applications reaches the filters as their disco
                     (both answered 401 by a local-reply mapper)
   rbac              subscriptions (one policy per plan, so the plan can be forwarded) and scopes, per route;
                     for token callers also one shadow policy per application, which names the caller
+                    (client certificates as a credential the same way: see `mtls`)
   local_ratelimit / ratelimit   see limits.py
 An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
 points a filter at a service that is not there, and never lets such a request through.
@@ -40,7 +41,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, regex_pb2, string_pb2
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import duration_pb2, wrappers_pb2
+from google.protobuf import duration_pb2, empty_pb2, wrappers_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
@@ -48,8 +49,9 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import inline_cluster, is_ip_literal
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
-from meshplane.agent.translate.entitlements import KEY_CLOCK_SKEW, Entitlements
+from meshplane.agent.translate.entitlements import KEY_CLOCK_SKEW, Entitlements, Grant
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
+from meshplane.agent.translate.mtls import Credential, certificate_callers
 from meshplane.dataplane import (
     APPLICATION_HEADER,
     CONTEXT_API,
@@ -168,6 +170,10 @@ class AccessPlan:
                 if cluster is not None:
                     self.clusters.append(cluster)
             self.requirements[_user_provider_name(api)] = _any_of(names)
+        if auth.mtls is not None and not auth.mtls.required:
+            name = _key_provider_name(auth.api_key) if auth.api_key is not None else _user_provider_name(api)
+            if name in self.requirements:
+                self.requirements[_or_missing_name(name)] = _or_missing(self.requirements[name])
 
     def unavailable(self, api: Api) -> str | None:
         """Why the gateway cannot check this API's callers here (its routes then answer 503), or None."""
@@ -241,7 +247,7 @@ class AccessPlan:
             status_code=wrappers_pb2.UInt32Value(value=401),
             body=base_pb2.DataSource(inline_string="API key revoked\n"),
         )
-        return hcm_pb2.LocalReplyConfig(mappers=[mapper])
+        return hcm_pb2.LocalReplyConfig(mappers=[mapper, _no_credential()])
 
     def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         """Attach the API's checks to one of its routes, or make the route refuse when they cannot run."""
@@ -256,6 +262,9 @@ class AccessPlan:
             per_filter[CORS].CopyFrom(packed(cors_policy(api.spec.cors)))
         auth = api.spec.authentication
         if auth is None:
+            return
+        if auth.mtls is not None:
+            self._decorate_mtls(api, op, route)
             return
         if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
             check = ext_authz_pb2.ExtAuthzPerRoute(
@@ -277,6 +286,37 @@ class AccessPlan:
             else:
                 per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, scopes) if scopes else _authenticated()))
 
+    def _decorate_mtls(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        """An API taking client certificates (see `mtls`): its key or token, if any, checked by jwt_authn (and
+        let be missing when either credential will do), its callers by RBAC, the caller and plan forwarded."""
+        auth = api.spec.authentication
+        assert auth is not None and auth.mtls is not None
+        credential: Credential | None = None
+        requirement = None
+        scopes = op.scopes if op is not None and auth.jwt is not None else []
+        if auth.api_key is not None:
+            requirement = _key_provider_name(auth.api_key)
+
+            def credential(grant: Grant) -> list[rbac_pb2.Principal]:
+                return [_claim_is(KEY_PAYLOAD, KEY_APPLICATION_UID_CLAIM, grant.uid)]
+        elif auth.jwt is not None:
+            requirement, jwt = _user_provider_name(api), auth.jwt
+
+            def credential(grant: Grant) -> list[rbac_pb2.Principal]:
+                return _token_clients(
+                    jwt, self.entitlements.client_ids.get((api.project, grant.application), []), scopes
+                )
+
+        per_filter = route.typed_per_filter_config
+        if requirement is not None:
+            name = requirement if auth.mtls.required else _or_missing_name(requirement)
+            per_filter[JWT].CopyFrom(packed(jwt_pb2.PerRouteConfig(requirement_name=name)))
+        callers = certificate_callers(
+            api, self.entitlements, credential, with_certificate=auth.mtls.required or not scopes
+        )
+        per_filter[RBAC].CopyFrom(packed(callers))
+        route.request_headers_to_add.extend([_plan_header(), _token_application_header()])
+
     def _subscribers(self, api: Api) -> rbac_filter_pb2.RBACPerRoute:
         """One ALLOW policy per plan, naming the applications subscribed on it by uid (the claim a key carries
         of the application it was issued to); its name is the plan, which Envoy records as the effective
@@ -294,12 +334,10 @@ class AccessPlan:
         """As `_subscribers`, for token callers: a plan's policy admits the client ids (by issuer) of the
         applications subscribed on it, and also asks for the operation's scopes; a shadow policy per
         application, named after it, records who the caller is (for the upstream and per-application limits)."""
-        accepted = {issuer.issuer for issuer in jwt.issuers()}
         by_plan: dict[str, list[rbac_pb2.Principal]] = {}
         by_application: dict[str, list[rbac_pb2.Principal]] = {}
         for grant in self.entitlements.grants(api.project, api.name):
-            clients = self.entitlements.client_ids.get((api.project, grant.application), [])
-            known = [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
+            known = _known_clients(jwt, self.entitlements.client_ids.get((api.project, grant.application), []))
             if known:
                 by_plan.setdefault(grant.plan, []).extend(known)
                 by_application[grant.application] = known
@@ -442,6 +480,52 @@ def _client_is(jwt: JwtAuth, issuer: str, client: str) -> rbac_pb2.Principal:
     named = [_claim_is(USER_PAYLOAD, claim, client) for claim in jwt.client_id_claims]
     by_any = named[0] if len(named) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=named))
     return rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[_claim_is(USER_PAYLOAD, "iss", issuer), by_any]))
+
+
+def _token_clients(jwt: JwtAuth, clients: list[tuple[str, str]], scopes: list[str]) -> list[rbac_pb2.Principal]:
+    """The tokens of an application's clients (by issuer) that carry `scopes`, as one principal; none if none."""
+    known = _known_clients(jwt, clients)
+    if not known:
+        return []
+    required = [_claim_has_scope(jwt.scopes_claim, scope) for scope in scopes]
+    caller = known[0] if len(known) == 1 else rbac_pb2.Principal(or_ids=rbac_pb2.Principal.Set(ids=known))
+    return [rbac_pb2.Principal(and_ids=rbac_pb2.Principal.Set(ids=[caller, *required]))] if required else [caller]
+
+
+def _known_clients(jwt: JwtAuth, clients: list[tuple[str, str]]) -> list[rbac_pb2.Principal]:
+    """The tokens of these (issuer, client id) pairs, for the issuers the API accepts."""
+    accepted = {issuer.issuer for issuer in jwt.issuers()}
+    return [_client_is(jwt, issuer, client) for issuer, client in sorted(clients) if issuer in accepted]
+
+
+def _or_missing_name(requirement: str) -> str:
+    return requirement + "?"
+
+
+def _or_missing(requirement: jwt_pb2.JwtRequirement) -> jwt_pb2.JwtRequirement:
+    """`requirement`, or no token at all (a bad one still fails): where a client certificate may stand in."""
+    missing = jwt_pb2.JwtRequirement(allow_missing=empty_pb2.Empty())
+    return jwt_pb2.JwtRequirement(requires_any=jwt_pb2.JwtRequirementOrList(requirements=[requirement, missing]))
+
+
+def _no_credential() -> hcm_pb2.ResponseMapper:
+    """A request RBAC refused that showed no credential at all (no client certificate, no verified key or
+    token) answers 401, as one without a key does where jwt_authn asks for it: it was not who, but nobody."""
+    expression = (
+        f"response.code_details == 'rbac_access_denied_matched_policy[none]' && !connection.mtls"
+        f" && !('{JWT}' in metadata.filter_metadata)"
+    )
+    matcher = accesslog_pb2.AccessLogFilter(
+        extension_filter=accesslog_pb2.ExtensionFilter(
+            name="envoy.access_loggers.extension_filters.cel",
+            typed_config=packed(cel_pb2.ExpressionFilter(expression=expression)),
+        )
+    )
+    return hcm_pb2.ResponseMapper(
+        filter=matcher,
+        status_code=wrappers_pb2.UInt32Value(value=401),
+        body=base_pb2.DataSource(inline_string="credentials required\n"),
+    )
 
 
 def _token_application_header() -> object:

@@ -18,6 +18,7 @@ from datetime import datetime
 from meshplane.model.access import (
     ApplicationKeySpec,
     ApplicationSpec,
+    ClientCertificate,
     KeySetSpec,
     RateLimit,
     RateLimitPolicySpec,
@@ -81,6 +82,8 @@ class Entitlements:
     """(project, name) -> uid of every application this cluster holds."""
     client_ids: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
     """(project, name) -> (issuer, client id) of each token client an application is known by."""
+    client_certificates: dict[tuple[str, str], list[ClientCertificate]] = field(default_factory=dict)
+    """(project, name) -> how the client certificates an application presents are recognised."""
     subscriptions: dict[tuple[str, str], list[Grant]] = field(default_factory=dict)
     """(project, api) -> active grants to applications this cluster holds."""
     all_subscriptions: list[tuple[str, str, SubscriptionSpec]] = field(default_factory=list)
@@ -99,6 +102,8 @@ class Entitlements:
                 entitlements.applications[(project, name)] = resource.metadata.uid or ""
                 if isinstance(spec, ApplicationSpec) and spec.client_ids:
                     entitlements.client_ids[(project, name)] = [(c.issuer, c.client_id) for c in spec.client_ids]
+                if isinstance(spec, ApplicationSpec) and spec.client_certificates:
+                    entitlements.client_certificates[(project, name)] = list(spec.client_certificates)
             elif isinstance(spec, SubscriptionSpec):
                 subscriptions.append((project, name, spec))
             elif isinstance(spec, RateLimitPolicySpec):

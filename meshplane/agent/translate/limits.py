@@ -110,7 +110,9 @@ class LimitPlan:
         auth = api.spec.authentication
         caller = None
         qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
-        if auth is not None and auth.api_key is not None:
+        if auth is not None and auth.mtls is not None:
+            caller, qualified = (RBAC, [CLIENT_POLICY_KEY]), False  # the shadow policy naming the caller
+        elif auth is not None and auth.api_key is not None:
             caller = (
                 Caller((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
                 if auth.api_key.mode is KeyMode.OPAQUE

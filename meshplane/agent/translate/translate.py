@@ -19,6 +19,12 @@ from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
+from meshplane.agent.translate.mtls import (
+    mtls_refusal,
+    refuse_unverified,
+    unverified_problems,
+    verifying_route_tables,
+)
 from meshplane.agent.translate.proxyless import proxyless_resources
 from meshplane.agent.translate.routes import route_configuration
 from meshplane.agent.translate.service_backends import LocalServices, resolve_services
@@ -56,7 +62,7 @@ def _refusals(
 ) -> dict[str, str]:
     refused = {}
     for api in views:
-        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways)
+        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways) or mtls_refusal(api)
         if reason is not None:
             refused[f"{api.project}/{api.name}"] = reason
     return refused
@@ -112,8 +118,17 @@ def translate_apis(
     def listener_for(listener_settings: GatewaySettings) -> listener_pb2.Listener:
         return gateway_listener(listener_settings, chain, local_reply, access_logs(listener_settings))
 
+    verifying = verifying_route_tables(gateways)
+
     def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
-        return route_configuration(name, served, decorate, access.preflight_route)
+        if name in verifying:
+            return route_configuration(name, served, decorate, access.preflight_route)
+
+        def unverified(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+            decorate(api, op, route)
+            refuse_unverified(api, route)
+
+        return route_configuration(name, served, unverified, access.preflight_route)
 
     listeners = [listener_for(settings)]
     routes = [routes_for(settings.route_config_name, [api for api in views if not api.spec.gateways])]
@@ -146,7 +161,7 @@ def translate_apis(
         refused=refused,
         extension_configs=[*access.extension_configs(), *limits.extension_configs()],
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
-        gateway_problems=named.problems,
+        gateway_problems=_joined(unverified_problems(gateways, views), named.problems),
     )
 
 
@@ -158,3 +173,12 @@ def _client_certificate(
     ref = backend.tls.client_certificate_ref if backend.tls is not None else None
     held = certificates.get(f"{project}/{ref}") if ref is not None else None
     return certificate_secret(project, ref, held) if ref is not None and isinstance(held, TLSCertificateSpec) else None
+
+
+def _joined(*problems: Mapping[str, str]) -> dict[str, str]:
+    """Problems by Gateway from several checks, one text per Gateway."""
+    out: dict[str, str] = {}
+    for found in problems:
+        for gateway, text in found.items():
+            out[gateway] = f"{out[gateway]}; {text}" if gateway in out else text
+    return dict(sorted(out.items()))
