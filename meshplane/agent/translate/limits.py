@@ -110,8 +110,9 @@ class LimitPlan:
         auth = api.spec.authentication
         caller = None
         qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
+        by_shadow_policy = Caller((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
         if auth is not None and auth.mtls is not None:
-            caller, qualified = (RBAC, [CLIENT_POLICY_KEY]), False  # the shadow policy naming the caller
+            caller, qualified = by_shadow_policy, False  # the shadow policy naming the caller
         elif auth is not None and auth.api_key is not None:
             caller = (
                 Caller((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
@@ -119,8 +120,7 @@ class LimitPlan:
                 else Caller((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
             )
         elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
-            caller = Caller((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
-            qualified = False
+            caller, qualified = by_shadow_policy, False
         if caller is not None:
             self.identity[api.key] = caller
         for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
