@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
-from cryptography import x509
 from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator, model_validator
 
 from meshplane.model.base import WireModel
 from meshplane.model.durations import Duration
 from meshplane.model.meta import Name
+from meshplane.model.pem import PemCertificates
 
 _HEADER = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
 _SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")
@@ -100,7 +100,7 @@ class JwtIssuer(WireModel):
     """The provider's JSON Web Key Set, inline."""
     jwks_uri: AnyHttpUrl | None = None
     """Or where to fetch it from; the gateway caches it. Over HTTPS the server is verified for the URI's host."""
-    jwks_ca_certificates: str | None = None
+    jwks_ca_certificates: PemCertificates | None = None
     """PEM certificates of the CAs an https jwksUri is verified against; default: the gateways' system store."""
 
     @field_validator("jwks")
@@ -114,17 +114,6 @@ class JwtIssuer(WireModel):
             keys = None
         if not isinstance(keys, list) or not keys:
             raise ValueError('must be a JSON Web Key Set: {"keys": [...]}')
-        return text
-
-    @field_validator("jwks_ca_certificates")
-    @classmethod
-    def _pem_certificates(cls, text: str | None) -> str | None:
-        if text is None:
-            return None
-        try:
-            x509.load_pem_x509_certificates(text.encode())
-        except ValueError:
-            raise ValueError("must be PEM certificates (-----BEGIN CERTIFICATE-----)") from None
         return text
 
     @model_validator(mode="after")
