@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-mesh lint protos bench bench-smoke clean
+.PHONY: demo test test-mesh conformance lint protos bench bench-smoke deploy-manifests clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "meshplane needs Python 3.11 or newer")'
@@ -22,12 +22,19 @@ demo: $(STAMP)
 # The real-Istio and DNS tests (istiod, sidecars, gateways, bind9, external-dns) run as their own step:
 # `make test` is everything else, `make test-mesh` is them; CI runs both.
 MESH_TESTS := tests/istio tests/dns
+# Two workers, a test file each at a time (its module fixtures stay in one worker): most tests wait on real
+# processes rather than compute, so two halve the time on two cores.
+TEST_WORKERS := -n 2 --dist loadfile
 
 test: $(STAMP) lint
-	$(BIN)/pytest -q $(addprefix --ignore=,$(MESH_TESTS))
+	$(BIN)/pytest -q $(TEST_WORKERS) $(addprefix --ignore=,$(MESH_TESTS))
 
 test-mesh: $(STAMP)
 	$(BIN)/pytest -q $(MESH_TESTS)
+
+# The Gateway API conformance suite on a test cluster of real parts; its report goes to docs/conformance/.
+conformance: $(STAMP)
+	PYTHON=$(abspath $(BIN))/python scripts/run-gateway-conformance
 
 lint: $(STAMP)
 	$(BIN)/ruff check meshplane meshplane_testing tests bench
@@ -37,7 +44,7 @@ lint: $(STAMP)
 
 # Every benchmark in full mode, each printing one JSON object (takes a while); bench-smoke runs each in its
 # `--quick` mode, only to prove it still runs (CI does, after the tests).
-BENCHES := dataplane propagation writes fanout catchup storm kill_rounds
+BENCHES := dataplane propagation writes fanout catchup storm kill_rounds console
 
 bench: $(STAMP)
 	@status=0; for b in $(BENCHES); do echo "== bench.$$b" >&2; $(BIN)/python -m bench.$$b || status=1; done; exit $$status
@@ -47,6 +54,13 @@ bench-smoke: $(STAMP)
 
 protos: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH scripts/gen-protos
+
+# deploy/ rendered from the Helm chart (charts/meshplane) with deploy/server-values.yaml and
+# deploy/agent-values.yaml; the chart's crds/ first regenerated from the models.
+deploy-manifests: $(STAMP)
+	scripts/build-helm
+	$(BIN)/python -m meshplane crds --out charts/meshplane/crds
+	scripts/deploy-manifests deploy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -43,6 +43,10 @@ tokens_app = typer.Typer(no_args_is_help=True, help="Bearer tokens of the north 
 app.add_typer(tokens_app, name="tokens")
 tls_app = typer.Typer(no_args_is_help=True, help="TLSCertificates of a project's Gateways, from PEM files.")
 app.add_typer(tls_app, name="tls")
+rollout_app = typer.Typer(
+    no_args_is_help=True, help="Changes on their way through the fleet: list, status, pause, resume, promote, abort."
+)
+app.add_typer(rollout_app, name="rollout")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -154,6 +158,14 @@ def server(
         Path | None, typer.Option(help="serve the north API over HTTPS with this certificate")
     ] = None,
     http_tls_key: Annotated[Path | None, typer.Option(help="its key (with --http-tls-cert)")] = None,
+    history_keep: Annotated[
+        int | None,
+        typer.Option(help=defaulted("versions of each object history keeps (0: all)", ServerSettings, "history_keep")),
+    ] = None,
+    audit_keep_days: Annotated[
+        float | None,
+        typer.Option(help=defaulted("days the audit trail keeps an entry", ServerSettings, "audit_keep_days")),
+    ] = None,
     log_format: LogFormatOpt = None,
     otlp_endpoint: OtlpEndpointOpt = None,
 ) -> None:
@@ -176,6 +188,8 @@ def server(
         tls_server_names=tls_server_name,
         http_tls_cert=http_tls_cert,
         http_tls_key=http_tls_key,
+        history_keep=history_keep,
+        audit_keep_days=audit_keep_days,
         log_format=log_format,
         otlp_endpoint=otlp_endpoint,
     )
@@ -204,7 +218,15 @@ def agent(
     config: ConfigOpt = None,
     cluster: Annotated[str | None, typer.Option(help="this cluster's name")] = None,
     server: Annotated[
-        str | None, typer.Option("--server", help=defaulted("server sync address", AgentSettings, "server"))
+        str | None,
+        typer.Option(
+            "--server",
+            help=defaulted(
+                "server sync address (a name may have an A record per replica), or replicas' ip:port by commas",
+                AgentSettings,
+                "server",
+            ),
+        ),
     ] = None,
     state_dir: Annotated[Path | None, typer.Option(help="local state directory")] = None,
     xds_address: Annotated[
@@ -237,6 +259,17 @@ def agent(
             "--in-cluster/--no-in-cluster",
             help="without --kubeconfig, use the pod's service account (absent: when running in a pod)",
         ),
+    ] = None,
+    gateway_api: Annotated[
+        bool | None,
+        typer.Option(
+            "--gateway-api/--no-gateway-api",
+            help="with Kubernetes, serve its Gateway API objects and write their status (absent: on)",
+        ),
+    ] = None,
+    gateway_api_addresses: Annotated[
+        str | None,
+        typer.Option(help="addresses for Gateways, one each: 127.0.0.10-127.0.0.60 or a CIDR (absent: the gateway's)"),
     ] = None,
     enforcer_address: Annotated[
         str | None,
@@ -278,6 +311,20 @@ def agent(
         typer.Option(
             help=defaulted(
                 "the gateways' Envoy admin, which no backend may target", AgentSettings, "envoy_admin_address"
+            )
+        ),
+    ] = None,
+    more_envoy_admin_address: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--more-envoy-admin-address", help="a further gateway's Envoy admin whose figures are read (repeatable)"
+        ),
+    ] = None,
+    figures_interval: Annotated[
+        float | None,
+        typer.Option(
+            help=defaulted(
+                "seconds between readings of the gateways' per-API figures", AgentSettings, "figures_interval"
             )
         ),
     ] = None,
@@ -330,6 +377,8 @@ def agent(
         tls_server_name=tls_server_name,
         kubeconfig=kubeconfig,
         in_cluster=in_cluster,
+        gateway_api=gateway_api,
+        gateway_api_addresses=gateway_api_addresses,
         enforcer_address=enforcer_address,
         ratelimiter_address=ratelimiter_address,
         enforcer_failure_mode=enforcer_failure_mode,
@@ -337,6 +386,8 @@ def agent(
         east_west_gateway=east_west_gateway,
         allow_loopback_backends=allow_loopback_backends or None,
         envoy_admin_address=envoy_admin_address,
+        more_envoy_admin_addresses=more_envoy_admin_address or None,
+        figures_interval=figures_interval,
         xff_num_trusted_hops=xff_num_trusted_hops,
         access_log=access_log,
         access_log_otlp_endpoint=access_log_otlp_endpoint,
@@ -456,7 +507,15 @@ def _print_applied(done: Applied) -> None:
 def apply(
     file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
     wait: Annotated[
-        bool, typer.Option("--wait", help="follow delivery until every placed cluster applied it (exit 1: failed)")
+        bool,
+        typer.Option(
+            "--wait",
+            help="follow delivery until every placed cluster applied it, or a governed change's rollout until it ends "
+            "(exit 1: failed, rolled back, aborted or superseded; 3: paused)",
+        ),
+    ] = False,
+    through_pauses: Annotated[
+        bool, typer.Option("--through-pauses", help="with --wait: keep following a paused rollout")
     ] = False,
     timeout: Annotated[float, typer.Option(help="seconds --wait waits (then exit 2)")] = 60.0,
     project: ProjectOpt = "default",
@@ -476,9 +535,9 @@ def apply(
         async with MeshplaneClient(server, token, cacert=cacert) as client:
             applied = await apply_file(client, docs, project, on_applied=_print_applied)
             if wait:
-                from meshplane.cli_ops import wait_for_rollouts
+                from meshplane.cli_rollouts import wait_for_writes
 
-                code = await wait_for_rollouts(client, applied, timeout, out)
+                code = await wait_for_writes(client, applied, timeout, out, through_pauses)
 
     run_client(call())
     if code:
@@ -487,27 +546,131 @@ def apply(
 
 @app.command()
 def diff(
-    file: Annotated[str, typer.Option("-f", "--filename", help="YAML file, or - for standard input")],
+    kind: Annotated[
+        str | None, typer.Argument(help="with NAME: two revisions of one object", show_default=False)
+    ] = None,
+    name: Annotated[str | None, typer.Argument(show_default=False)] = None,
+    file: Annotated[
+        str | None, typer.Option("-f", "--filename", help="YAML file, or - for standard input", show_default=False)
+    ] = None,
+    from_revision: Annotated[int | None, typer.Option("--from", help="with KIND NAME: the older revision")] = None,
+    to_revision: Annotated[
+        int | None, typer.Option("--to", help="with KIND NAME: the newer revision [the object as it is now]")
+    ] = None,
     project: ProjectOpt = "default",
     server: ServerUrl = DEFAULT_SERVER,
     token: TokenOpt = None,
     cacert: CaCertOpt = None,
 ) -> None:
-    """Show what applying a file would change: exit 0 when nothing, 1 when something, 2 on error."""
-    from meshplane.cli_ops import diff_documents
+    """Show what applying a file would change (-f), or what changed between two revisions of an object (KIND
+    NAME --from REV [--to REV]): exit 0 when nothing, 1 when something, 2 on error."""
+    from meshplane.cli_ops import diff_documents, revision_diff
 
+    if (file is None) == (kind is None or name is None) or (file is None and from_revision is None):
+        raise typer.BadParameter("give -f FILE, or KIND NAME --from REV [--to REV]")
     diffs: list[str] = []
 
     async def call() -> None:
         async with MeshplaneClient(server, token, cacert=cacert) as client:
-            diffs.extend(await diff_documents(client, docs, project))
+            if file is not None:
+                diffs.extend(await diff_documents(client, docs, project))
+            else:
+                assert kind is not None and name is not None and from_revision is not None
+                diffs.append(await revision_diff(client, kind, name, project, from_revision, to_revision))
 
     with user_errors(code=2):
-        docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text())
+        docs = load_documents(sys.stdin.read() if file == "-" else Path(file).read_text()) if file else []
         asyncio.run(call())
     sys.stdout.write("".join(diffs))
-    if diffs:
+    if any(diffs):
         raise typer.Exit(1)
+
+
+@app.command()
+def history(
+    kind: Annotated[str, typer.Argument(help="kind or plural", show_default=False)],
+    name: Annotated[str, typer.Argument(show_default=False)],
+    output: Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")] = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """The kept versions of an object, newest first (a deleted object's too): revision, operation, who, when."""
+    from meshplane.cli_ops import history_table
+
+    _check_output(output, "table", "yaml", "json")
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.history(kind, name, project),
+        lambda entries: _print_table(history_table(entries)) if output == "table" else _print_data(entries, output),
+    )
+
+
+@app.command()
+def rollback(
+    kind: Annotated[str, typer.Argument(help="kind or plural", show_default=False)],
+    name: Annotated[str, typer.Argument(show_default=False)],
+    to_revision: Annotated[int, typer.Option("--to-revision", help="the revision whose spec to write again")],
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """Write the spec, labels and annotations an object had at a revision as a new change (refused if the object
+    changes meanwhile). It is an ordinary write: checked, governed and rolled out like any other."""
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.rollback(kind, name, to_revision, project),
+        lambda done: out.print(
+            f"{done.label} rolled back to revision {to_revision} "
+            f"(now revision {done.object['metadata']['resourceVersion']})",
+            highlight=False,
+        ),
+    )
+
+
+def _since(text: str | None) -> str | None:
+    """An ISO 8601 time as given, or a duration back from now (`90s`, `30m`, `2h`, `7d`) as one."""
+    if text and text[-1] in _DURATION_UNITS and text[:-1].isdigit():
+        return (datetime.now(UTC) - timedelta(seconds=int(text[:-1]) * _DURATION_UNITS[text[-1]])).isoformat()
+    return text
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@app.command()
+def audit(
+    since: Annotated[
+        str | None, typer.Option(help="only changes since a time (ISO 8601) or a duration ago (30m, 2h, 7d)")
+    ] = None,
+    project: Annotated[str | None, typer.Option("-p", "--project", help="only this project's objects")] = None,
+    kind: Annotated[str | None, typer.Option(help="only this kind")] = None,
+    who: Annotated[
+        str | None, typer.Option(help="only this actor: token/NAME, oidc/SUBJECT, cluster/NAME, ...")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="at most this many entries", min=1)] = 100,
+    output: Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")] = "table",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """Who changed what, when and from where, newest first (a project-bound token sees its project alone)."""
+    from meshplane.cli_ops import audit_table
+
+    _check_output(output, "table", "yaml", "json")
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.audit(_since(since), project, kind, who, limit),
+        lambda entries: _print_table(audit_table(entries)) if output == "table" else _print_data(entries, output),
+    )
 
 
 def _print_data(data: Any, output: str) -> None:
@@ -736,6 +899,30 @@ def status(
 
 
 OutputOpt = Annotated[str, typer.Option("-o", "--output", help="table, yaml or json")]
+
+
+@app.command()
+def figures(
+    api: Annotated[str, typer.Argument(help="the API's name")],
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """Per cluster, the requests and 5xx answers its gateways counted for an API."""
+    from meshplane.cli_ops import figures_table
+
+    _check_output(output, "table", "yaml", "json")
+    _request(
+        server,
+        token,
+        cacert,
+        lambda client: client.api_figures(api, project),
+        lambda answer: _print_data(answer, output) if output != "table" else _print_table(figures_table(answer)),
+    )
+
+
 ExpiresInOpt = Annotated[
     str | None, typer.Option("--expires-in", help="how long the key works, e.g. 720h [until revoked]")
 ]
@@ -1027,6 +1214,119 @@ def tls_create(
         lambda client: client.put(doc, project),
         _print_applied,
     )
+
+
+RolloutArg = Annotated[str, typer.Argument(help="the rollout (e.g. api-orders), or with NAME the object's KIND")]
+ObjectNameArg = Annotated[str | None, typer.Argument(help="the object whose rollout it is (with KIND)")]
+
+
+def _rollout_named(first: str, second: str | None) -> str:
+    """A Rollout's name, given as such or as the KIND and NAME of the object it rolls out."""
+    from meshplane.model.registry import REGISTRY
+    from meshplane.model.rollouts import rollout_name
+
+    if second is None:
+        return first
+    try:
+        return rollout_name(REGISTRY.resolve(first).kind, second)
+    except UnknownKind as exc:
+        raise typer.BadParameter(str(exc), param_hint="KIND") from None
+
+
+@rollout_app.command("list")
+def rollout_list(
+    every: Annotated[bool, typer.Option("--all", help="ended rollouts too [active ones only]")] = False,
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """A project's rollouts: the object, its revision from → to, the phase, the wave it is at and why."""
+    from meshplane.cli_rollouts import is_active, rollout_table
+
+    _check_output(output, "table", "yaml", "json")
+
+    def show(rollouts: list[dict[str, Any]]) -> None:
+        shown = [r for r in rollouts if every or is_active(r)]
+        _print_views(shown, output, rollout_table)
+
+    _request(server, token, cacert, lambda client: client.list("Rollout", project), show)
+
+
+@rollout_app.command("status")
+def rollout_status(
+    rollout: RolloutArg,
+    name: ObjectNameArg = None,
+    output: OutputOpt = "table",
+    project: ProjectOpt = "default",
+    server: ServerUrl = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    cacert: CaCertOpt = None,
+) -> None:
+    """One rollout wave by wave: each cluster's state, message and since when, and each wave's bake."""
+    from meshplane.cli_rollouts import status_view
+
+    _check_output(output, "table", "yaml", "json")
+    named = _rollout_named(rollout, name)
+
+    def show(found: dict[str, Any]) -> None:
+        if output == "table":
+            out.print(status_view(found, datetime.now(UTC)), soft_wrap=True)
+        else:
+            _print_data(found, output)
+
+    _request(server, token, cacert, lambda client: _rollout_call(client.get("Rollout", named, project), named), show)
+
+
+async def _rollout_call(call: Awaitable[T], name: str, action: str | None = None) -> T:
+    """A rollout read or action, its refusals said in the rollout's words."""
+    try:
+        return await call
+    except ApiError as exc:
+        verb = f"{action} rollout {name!r}" if action else f"read rollout {name!r}"
+        why = {
+            403: f"not allowed to {verb}: {exc.detail}",
+            404: f"{exc.detail} (a rollout is named after its object, e.g. api-orders; see meshplane rollout list)",
+            409: f"cannot {verb}: {exc.detail}",
+        }
+        if exc.status in why:
+            raise ApiError(exc.status, why[exc.status]) from None
+        raise
+
+
+def _rollout_action(action: str, done: str) -> Callable[..., None]:
+    def act(
+        rollout: RolloutArg,
+        name: ObjectNameArg = None,
+        project: ProjectOpt = "default",
+        server: ServerUrl = DEFAULT_SERVER,
+        token: TokenOpt = None,
+        cacert: CaCertOpt = None,
+    ) -> None:
+        named = _rollout_named(rollout, name)
+        _request(
+            server,
+            token,
+            cacert,
+            lambda client: _rollout_call(client.act_on_rollout(named, action, project), named, action),
+            lambda acted: out.print(
+                f"rollout {named} {done}: {acted['spec']['phase']}, {acted['spec'].get('reason', '')}",
+                markup=False,
+                highlight=False,
+            ),
+        )
+
+    return act
+
+
+for _action, _done, _help in (
+    ("pause", "paused", "Hold a progressing rollout where it is: no further cluster is given the change."),
+    ("resume", "resumed", "Go on with a paused rollout (a failed wave is judged afresh)."),
+    ("promote", "promoted", "Give every placed cluster the change now, skipping the remaining waves and bakes."),
+    ("abort", "aborted", "Stop a rollout: the object goes back to the version before the change (or away if new)."),
+):
+    rollout_app.command(_action, help=_help)(_rollout_action(_action, _done))
 
 
 def main() -> None:

@@ -329,9 +329,14 @@ def object_diff(label: str, current: Mapping[str, Any] | None, desired: Mapping[
     """A unified diff from the object on the server to the document; "" when they agree."""
     if current is None:
         return f"{label}: new\n"
-    before = yaml.safe_dump(owned_view(current), sort_keys=True).splitlines(keepends=True)
-    after = yaml.safe_dump(owned_view(desired), sort_keys=True).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(before, after, f"{label} (server)", f"{label} (file)"))
+    return owned_diff(current, desired, f"{label} (server)", f"{label} (file)")
+
+
+def owned_diff(before: Mapping[str, Any], after: Mapping[str, Any], before_label: str, after_label: str) -> str:
+    """A unified diff of the YAML of what the user writes of two versions of an object; "" when they agree."""
+    old = yaml.safe_dump(owned_view(before), sort_keys=True).splitlines(keepends=True)
+    new = yaml.safe_dump(owned_view(after), sort_keys=True).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old, new, before_label, after_label))
 
 
 async def diff_documents(client: MeshplaneClient, docs: Sequence[Mapping[str, Any]], project: str) -> list[str]:
@@ -378,6 +383,28 @@ def issued_key_text(answer: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- figures ------------------------------------------------------------------------------------
+
+
+def figures_table(answer: Mapping[str, Any]) -> Table:
+    """An API's figures, a row per cluster: cumulative counts since each cluster's gateways started."""
+    table = Table(box=None, header_style="bold")
+    for column in ("CLUSTER", "REQUESTS", "5XX", "ERROR RATIO", "BY CLASS", "SAMPLED", "RESETS"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("REQUESTS", "5XX", "RESETS") else "left")
+    for cluster, figures in sorted(answer["clusters"].items()):
+        by_class = " ".join(f"{status_class}={count}" for status_class, count in sorted(figures["byClass"].items()))
+        table.add_row(
+            cluster,
+            str(figures["requests"]),
+            str(figures["errors"]),
+            f"{figures['errorRatio']:.2%}",
+            by_class,
+            figures["sampledAt"][:19],
+            str(figures["resets"]),
+        )
+    return table
+
+
 # --- tokens -------------------------------------------------------------------------------------
 
 
@@ -419,3 +446,45 @@ def render_dump(dump: Mapping[str, Any], output: str) -> str:
     if output == "yaml":
         return yaml.safe_dump(dict(dump), sort_keys=False)
     return json.dumps(dump, indent=2) + "\n"
+
+
+# --- history and audit ----------------------------------------------------------------------------
+
+
+def history_table(entries: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("REVISION", "OP", "GENERATION", "AT", "WHO"):
+        table.add_column(column, no_wrap=True)
+    for entry in entries:
+        table.add_row(str(entry["revision"]), entry["op"], str(entry["generation"]), entry["at"][:19], entry["who"])
+    return table
+
+
+def audit_table(entries: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("REVISION", "AT", "WHO", "OPERATION", "OBJECT", "ADDRESS", "REQUEST"):
+        table.add_column(column, no_wrap=True)
+    for entry in entries:
+        label = object_label(entry["kind"], entry["name"], entry.get("project"))
+        table.add_row(
+            str(entry["revision"]),
+            entry["at"][:19],
+            entry["who"],
+            entry["operation"],
+            label,
+            entry.get("address") or "",
+            entry.get("requestId") or "",
+        )
+    return table
+
+
+async def revision_diff(
+    client: MeshplaneClient, kind: str, name: str, project: str | None, old: int, new: int | None
+) -> str:
+    """A unified diff of what the object's user writes between revision `old` and `new` (None: as it is now)."""
+    before = await client.version(kind, name, old, project)
+    after = await client.get(kind, name, project) if new is None else await client.version(kind, name, new, project)
+    info = REGISTRY.resolve(kind)
+    label = object_label(info.kind, name, project if info.namespaced else None)
+    to_text = "current" if new is None else f"revision {new}"
+    return owned_diff(before, after, f"{label} (revision {old})", f"{label} ({to_text})")

@@ -211,6 +211,70 @@ class MeshplaneClient:
     async def delete_at(self, target: Target) -> dict[str, Any]:
         return (await self._call("DELETE", object_path(target.info, target.project, target.name))).json()
 
+    def _history_path(self, kind: str, name: str, project: str | None) -> str:
+        info = REGISTRY.resolve(kind)
+        return f"{object_path(info, project if info.namespaced else None, name)}/history"
+
+    async def history(self, kind: str, name: str, project: str | None = None) -> list[dict[str, Any]]:
+        """The kept versions of an object (revision, op, generation, at, who), newest first."""
+        return (await self._call("GET", self._history_path(kind, name, project))).json()["items"]
+
+    async def version(self, kind: str, name: str, revision: int, project: str | None = None) -> dict[str, Any]:
+        """The object as the change at `revision` wrote it (write-only values shown as a read shows them)."""
+        return (await self._call("GET", f"{self._history_path(kind, name, project)}/{revision}")).json()
+
+    async def rollback(self, kind: str, name: str, revision: int, project: str | None = None) -> Applied:
+        """Write the spec, labels and annotations the object had at `revision` as a new change of its current
+        version (If-Match: refused if it changes meanwhile), through the ordinary replace; a deleted object is
+        created again (refused if another one was created meanwhile)."""
+        old = await self.version(kind, name, revision, project)
+        try:
+            current: dict[str, Any] | None = await self.get(kind, name, project)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            current = None
+        meta = old["metadata"]
+        doc = {
+            "kind": old["kind"],
+            "metadata": {
+                key: meta[key] for key in ("name", "project", "labels", "annotations") if meta.get(key) is not None
+            },
+            "spec": old["spec"],
+        }
+        target = Target.of(doc, project)
+        if current is None:
+            response = await self._call("POST", object_path(target.info, target.project), json=doc)
+        else:
+            expected = current["metadata"]["resourceVersion"]
+            path = object_path(target.info, target.project, target.name)
+            response = await self._call("PUT", path, json=doc, headers={"If-Match": f'"{expected}"'})
+        return Applied(target.info.kind, target.name, target.project, response.status_code == 201, response.json())
+
+    async def audit(
+        self,
+        since: str | None = None,
+        project: str | None = None,
+        kind: str | None = None,
+        who: str | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Up to `limit` audit entries, newest first, matching every filter given."""
+        params: dict[str, Any] = {"limit": min(limit, 1000), **given(since=since, project=project, kind=kind, who=who)}
+        items: list[dict[str, Any]] = []
+        while len(items) < limit:
+            page = (await self._call("GET", "/v1/audit", params=params)).json()
+            items.extend(page["items"])
+            if not page["metadata"].get("continue"):
+                break
+            params["continue"] = page["metadata"]["continue"]
+        return items[:limit]
+
+    async def act_on_rollout(self, name: str, action: str, project: str) -> dict[str, Any]:
+        """Pause, resume, promote or abort a rollout; the rollout as the action left it."""
+        path = f"{object_path(REGISTRY.get('Rollout'), project, name)}/{action}"
+        return (await self._call("POST", path)).json()
+
     async def adopt(
         self, kind: str, name: str, project: str | None = None, clusters: list[str] | None = None
     ) -> dict[str, Any]:
@@ -226,6 +290,10 @@ class MeshplaneClient:
         """A new API key of an application (or `key`, imported); the answer is the only place it appears."""
         body = given(expiresIn=expires_in, key=key)
         return (await self._call("POST", keys_path(project, application), json=body)).json()
+
+    async def api_figures(self, name: str, project: str) -> dict[str, Any]:
+        """Per cluster, what its gateways counted of an API (requests, 5xx answers, by status class)."""
+        return (await self._call("GET", f"{object_path(REGISTRY.get('API'), project, name)}/figures")).json()
 
     async def list_keys(self, application: str, project: str) -> list[dict[str, Any]]:
         return (await self._call("GET", keys_path(project, application))).json()["items"]

@@ -6,6 +6,7 @@ the embedded setup on localhost.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -39,6 +40,30 @@ def _address(value: str) -> str:
 
 
 Address = Annotated[str, AfterValidator(_address)]
+
+
+def _server_addresses(value: str) -> str:
+    """One `host:port`, whose name may resolve to several replicas, or several replicas' `ip:port` separated
+    by commas (names are left to DNS: one name with several A records)."""
+    addresses = [address.strip() for address in value.split(",")]
+    hosts = [split_address(address)[0] for address in addresses]
+    if len(addresses) == 1:
+        return addresses[0]
+    try:
+        versions = {ipaddress.ip_address(host).version for host in hosts}
+    except ValueError:
+        raise ValueError(
+            f"{value!r}: several server addresses are IP addresses (for names, give one with several A records)"
+        ) from None
+    if len(versions) > 1:
+        raise ValueError(f"{value!r}: several server addresses are all IPv4 or all IPv6")
+    if twice := sorted({address for address in addresses if addresses.count(address) > 1}):
+        raise ValueError(f"{twice[0]!r} is named twice")
+    return ",".join(addresses)
+
+
+ServerAddresses = Annotated[str, AfterValidator(_server_addresses)]
+"""The agent's server: one address, or several replicas' IP addresses separated by commas."""
 
 
 def _access_log_target(value: str) -> str:
@@ -145,6 +170,11 @@ class ServerSettings(ProcessSettings):
 
     event_retention: float = Field(default=86_400.0, gt=0, description="seconds the event log keeps events")
     compaction_interval: float = Field(default=60.0, gt=0, description="seconds between compactions")
+    rollout_interval: float = Field(
+        default=0.5, gt=0, description="most seconds between two looks at each rollout (reports wake it sooner)"
+    )
+    history_keep: int = Field(default=100, ge=0, description="versions of each object history keeps (0: all)")
+    audit_keep_days: float = Field(default=90.0, gt=0, description="days the audit trail keeps an entry")
     keepalive_interval: float = Field(default=10.0, gt=0, description="seconds of silence before pinging an agent")
     keepalive_timeout: float = Field(default=10.0, gt=0, description="seconds to wait for its answer")
     admin_token: SecretStr | None = Field(
@@ -160,12 +190,26 @@ class ServerSettings(ProcessSettings):
     oidc_jwks_uri: str | None = Field(default=None, description="the issuer's key set URL")
     oidc_jwks: str | None = Field(default=None, description="or its key set, inline JSON")
     oidc_roles_claim: str = Field(default="meshplane_roles", description="claim listing role or role:project")
+    oidc_console_client_id: str | None = Field(
+        default=None,
+        description="the web console's client id at the issuer: /ui/ offers signing in with it, and the "
+        "id_tokens it gets (aud: this id) are accepted",
+    )
+    oidc_console_name: str | None = Field(default=None, description="the provider's name on the sign-in button")
+    oidc_authorization_endpoint: str | None = Field(
+        default=None, description="for the console; default: from the issuer's discovery document"
+    )
+    oidc_token_endpoint: str | None = Field(
+        default=None, description="for the console; default: from the issuer's discovery document"
+    )
 
     @model_validator(mode="after")
     def _oidc_keys(self) -> Self:
         if self.oidc_issuer is not None and (self.oidc_jwks_uri is None) == (self.oidc_jwks is None):
             raise ValueError("with oidc_issuer, give exactly one of oidc_jwks_uri and oidc_jwks")
-        if self.oidc_issuer is not None and not self.oidc_audience:
+        if self.oidc_console_client_id is not None and self.oidc_issuer is None:
+            raise ValueError("oidc_console_client_id needs oidc_issuer: the provider the console signs in with")
+        if self.oidc_issuer is not None and not (self.oidc_audience or self.oidc_console_client_id):
             raise ValueError(
                 "with oidc_issuer, set oidc_audience (MESHPLANE_OIDC_AUDIENCE): without it a token the issuer "
                 "signed for any other application would be accepted"
@@ -205,7 +249,7 @@ FailureMode = Literal["open", "closed"]
 
 class AgentSettings(ProcessSettings):
     cluster: str = "default"
-    server: Address = "127.0.0.1:18000"
+    server: ServerAddresses = "127.0.0.1:18000"
     state_dir: Path = Path(".meshplane-agent")
     xds_address: Address = "127.0.0.1:18001"
     gateway_address: Address = "127.0.0.1:10000"
@@ -233,6 +277,36 @@ class AgentSettings(ProcessSettings):
         description="without a kubeconfig, reach this cluster's Kubernetes as the pod's service account: "
         "true, false, or unset to do so when running in a pod",
     )
+    gateway_api: bool = Field(
+        default=True,
+        description="with Kubernetes, serve the cluster's Gateway API objects (GatewayClasses of "
+        "meshplane.io/gateway-controller) and write their status",
+    )
+    gateway_api_addresses: str | None = Field(
+        default=None,
+        description="the addresses Gateways are served on, each its own (e.g. 127.0.0.10-127.0.0.60 or a CIDR); "
+        "default: every Gateway on gateway_address's host",
+    )
+
+    @model_validator(mode="after")
+    def _replicas_share_a_name(self) -> Self:
+        """Every replica's certificate is checked against one name: several addresses give no single host."""
+        if "," in self.server and not self.insecure and not self.tls_server_name:
+            raise ValueError(
+                "several server addresses need tls_server_name (--tls-server-name): the name every replica's "
+                "certificate carries"
+            )
+        return self
+
+    @field_validator("gateway_api_addresses")
+    @classmethod
+    def _address_pool(cls, value: str | None) -> str | None:
+        from meshplane.agent.gatewayapi_addresses import parse_pool
+
+        if value is not None:
+            parse_pool(value)  # ValueError: the settings say what is wrong with it
+        return value
+
     enforcer_address: Address | None = Field(
         default=None, description="the enforcer the gateways ask about opaque API keys (e.g. 127.0.0.1:18081)"
     )
@@ -267,6 +341,14 @@ class AgentSettings(ProcessSettings):
     envoy_admin_address: Address = Field(
         default="127.0.0.1:19000",
         description="the gateways' Envoy admin (meshplane agent bootstrap --admin-port); no backend may target it",
+    )
+    more_envoy_admin_addresses: list[Address] = Field(
+        default_factory=list,
+        description="the Envoy admins of further gateways this agent serves: their figures are read and summed "
+        "with the first's; no backend may target them",
+    )
+    figures_interval: float = Field(
+        default=5.0, gt=0, description="seconds between two readings of the gateways' per-API figures"
     )
     access_log: AccessLogTarget = Field(
         default="stdout",

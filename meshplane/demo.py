@@ -21,6 +21,7 @@ from meshplane.agent.bootstrap import bootstrap_yaml
 from meshplane.child_processes import start_child
 from meshplane.demo_tls import SHOP_HOST, ensure_demo_tls
 from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
+from meshplane.lifecycle import wait_at_most
 from meshplane.security.ca import Pki
 
 HTTP = "127.0.0.1:8080"
@@ -39,6 +40,7 @@ TOUR = f"""
 meshplane demo is running.
 
   north API     http://{HTTP}   (OpenAPI: http://{HTTP}/docs)
+  console       http://{HTTP}/ui/   (sign in with the admin token below)
   agent sync    {GRPC}  ->  agent of cluster "demo" (xDS for gateways on {XDS})
                 mutual TLS: the server's CA and certificates are in {{pki}}
   gateway       http://{GATEWAY}   (Envoy admin: http://127.0.0.1:{ENVOY_ADMIN})
@@ -205,9 +207,7 @@ async def run_demo(data_dir: Path, stop: asyncio.Event) -> None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
         for proc in reversed(children):
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
+            if await wait_at_most(10, proc.wait()) is None:
                 proc.kill()
                 await proc.wait()
         print("meshplane demo stopped.", flush=True)

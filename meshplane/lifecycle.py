@@ -124,6 +124,16 @@ async def retry_forever(
         await asyncio.sleep(delay)
 
 
+async def wait_at_most(seconds: float | None, awaitable: Awaitable[T]) -> T | None:
+    """What `awaitable` gives, or None once `seconds` passed (None: no limit). Unlike `asyncio.wait_for`, the
+    awaitable runs in the calling task, so a cancel that comes as it completes is never taken for its result."""
+    try:
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    except TimeoutError:
+        return None
+
+
 OnFailure = Literal["restart", "exit"]
 """What a task's death means: `restart` it with backoff, or `exit`: the process cannot go on without it."""
 
@@ -277,7 +287,7 @@ class HttpServer:
             if server.started:
                 server.should_exit = True
                 with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.wait_for(server.shutdown(sockets=listening), self.grace + 1)
+                    await wait_at_most(self.grace + 1, server.shutdown(sockets=listening))
             raise
         except SystemExit as exc:
             raise HttpServeError(f"the {self.what} on {self.address} could not start (exit {exc.code})") from None

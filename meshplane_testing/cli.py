@@ -11,9 +11,10 @@ from meshplane_testing.meshplane import ServerProcess
 
 
 def cli(args: Sequence[str], server: ServerProcess | str | None) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment of a CLI run, with no MESHPLANE_* settings inherited from the caller:
-    signed in as the admin of a running `server`, or given `--server` with a bare URL (where none answers)."""
+    """The argv and environment of a CLI run, on a wide terminal, with no MESHPLANE_* settings inherited from the
+    caller: signed in as the admin of a running `server`, or given `--server` with a bare URL (where none answers)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MESHPLANE_")}
+    env["COLUMNS"] = "200"  # usage errors come in a panel as wide as the terminal: no path wrapped inside it
     argv = [sys.executable, "-m", "meshplane", *args]
     if isinstance(server, ServerProcess):
         env |= server.cli_env

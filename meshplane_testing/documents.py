@@ -55,6 +55,10 @@ def rate_limit_policy(name: str, *, project: str = PROJECT, **spec: Any) -> dict
     return document("RateLimitPolicy", name, project=project, spec=spec)
 
 
+def rollout_policy(name: str, *, project: str = PROJECT, **spec: Any) -> dict[str, Any]:
+    return document("RolloutPolicy", name, project=project, spec=spec)
+
+
 def backend(port: int, host: str = "127.0.0.1", **fields: Any) -> dict[str, Any]:
     """One backend of an API, on loopback unless `host` says otherwise."""
     return {"host": host, "port": port, **fields}

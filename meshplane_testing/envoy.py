@@ -14,6 +14,7 @@ import yaml
 
 from meshplane.agent.bootstrap import bootstrap_yaml
 from meshplane.envoy_binary import GATEWAY_FLAGS, envoy_path
+from meshplane_testing.netns import NetworkNamespace
 from meshplane_testing.process import Process, free_port, port_open, require_binary, running
 
 
@@ -61,11 +62,19 @@ class EnvoyProcess:
 
 
 @contextlib.contextmanager
-def run_envoy(tmp_path: Path, node_id: str, xds_port: int, *, admin_port: int | None = None) -> Iterator[EnvoyProcess]:
-    """Envoy with the agent's bootstrap, fetching its config over ADS from 127.0.0.1:xds_port."""
+def run_envoy(
+    tmp_path: Path,
+    node_id: str,
+    xds_port: int,
+    *,
+    admin_port: int | None = None,
+    namespace: NetworkNamespace | None = None,
+) -> Iterator[EnvoyProcess]:
+    """Envoy with the agent's bootstrap, fetching its config over ADS from 127.0.0.1:xds_port; inside
+    `namespace` if given, where whoever starts it makes xds_port and admin_port reach across."""
     admin_port = admin_port or free_port()
     config = bootstrap_yaml(node_id, "127.0.0.1", xds_port, admin_port=admin_port)
-    with _run(tmp_path, node_id, config, admin_port) as envoy:
+    with _run(tmp_path, node_id, config, admin_port, namespace) as envoy:
         yield envoy
 
 
@@ -78,10 +87,13 @@ def run_envoy_config(tmp_path: Path, name: str, bootstrap: dict[str, Any]) -> It
 
 
 @contextlib.contextmanager
-def _run(tmp_path: Path, name: str, config: str, admin_port: int) -> Iterator[EnvoyProcess]:
+def _run(
+    tmp_path: Path, name: str, config: str, admin_port: int, namespace: NetworkNamespace | None = None
+) -> Iterator[EnvoyProcess]:
     config_path = tmp_path / f"envoy-{name}.yaml"
     config_path.write_text(config)
     argv = [envoy_binary(), "-c", str(config_path), *GATEWAY_FLAGS, "--concurrency", "1", "-l", "warning"]
+    argv = namespace.command(argv) if namespace is not None else argv
     with running(argv, tmp_path / f"envoy-{name}.log") as process:
         envoy = EnvoyProcess(process, admin_port)
         process.wait_ready(lambda: _answers(envoy), 20.0, "the Envoy admin interface")

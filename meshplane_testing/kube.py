@@ -1,10 +1,11 @@
 """A real Kubernetes API server for tests, as controller-runtime's envtest runs one: etcd + kube-apiserver.
 
-`kube-apiserver` is built from the k8s.io/kubernetes Go module by `scripts/build-kube-apiserver` into
+`kube-apiserver` is built from the k8s.io/kubernetes Go module by `scripts/build-kube` into
 `~/.cache/meshplane/kube-apiserver-<version>/` (the version is `scripts/kube-version`); `etcd` comes
 from Debian's `etcd-server`. Both listen on free loopback ports, keep their data in a temporary
 directory and are stopped at the end. Nothing else of a cluster runs (no controller-manager, no
 scheduler, no kubelet): namespaces are never finalized, so tests use fresh names instead of deleting.
+A cluster with those (meshplane_testing/kube_cluster.py) builds on this one.
 
 Identities: `token` is an admin (group `system:masters`, which RBAC never denies); `service_account_token`
 creates a ServiceAccount and returns a real bound token for it, which RBAC treats like a pod's.
@@ -56,9 +57,9 @@ def cache_dir() -> Path:
     return cache.expanduser()
 
 
-def kube_apiserver_binary() -> Path:
-    """Where `scripts/build-kube-apiserver` leaves the binary of KUBE_VERSION."""
-    return cache_dir() / f"kube-apiserver-{KUBE_VERSION}" / "kube-apiserver"
+def kube_binary(component: str) -> Path:
+    """Where `scripts/build-kube` leaves `component` (kube-apiserver, kube-controller-manager, kube-scheduler)."""
+    return cache_dir() / f"{component}-{KUBE_VERSION}" / component
 
 
 class KubeError(RuntimeError):
@@ -169,7 +170,7 @@ class KubeAPIServer:
                 timeout=timeout,
                 what=f"CRD {name} Established",
             )
-            for version in spec["versions"]:
+            for version in (v for v in spec["versions"] if v.get("served", True)):
                 group_version = f"/apis/{spec['group']}/{version['name']}"
                 eventually(
                     lambda gv=group_version, plural=plural: self._serves(gv, plural),
@@ -198,7 +199,7 @@ class KubeAPIServer:
 def start_kube_apiserver(log_dir: Path, crds: Iterable[Mapping[str, Any]] = ()) -> Iterator[KubeAPIServer]:
     """etcd and kube-apiserver on free ports, `crds` installed; skips (fails under CI) without the binaries."""
     override = [path for path in [os.environ.get("MESHPLANE_KUBE_APISERVER")] if path]
-    apiserver = require_binary("kube-apiserver", *override, str(kube_apiserver_binary()))
+    apiserver = require_binary("kube-apiserver", *override, str(kube_binary("kube-apiserver")))
     etcd = require_binary("etcd", "/usr/bin/etcd")
     home = Path(tempfile.mkdtemp(prefix="meshplane-kube-", dir=_RAM_DIR if os.access(_RAM_DIR, os.W_OK) else None))
     try:
@@ -226,6 +227,7 @@ def start_kube_apiserver(log_dir: Path, crds: Iterable[Mapping[str, Any]] = ()) 
                 "--allow-privileged=true",
                 # No other API server shares this etcd, and a loopback endpoint is not a valid Endpoints address.
                 "--endpoint-reconciler-type=none",
+                "--kubelet-preferred-address-types=InternalIP",  # the node stand-in's, for pods/log
                 "--profiling=false",
             ]
             kubeconfig = home / "kubeconfig"

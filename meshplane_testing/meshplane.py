@@ -20,6 +20,7 @@ import grpc
 import httpx
 
 from meshplane.client import MeshplaneClient
+from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.security.ca import CertificateFiles, Pki
 from meshplane_testing import documents
 from meshplane_testing.metrics import Scrape
@@ -112,6 +113,27 @@ class ServerProcess:
             spec = {**current["spec"], "publish": {"projects": list(projects)}}
             put(http, documents.document("Cluster", cluster, labels=labels, spec=spec))
 
+    def report_objects(self, cluster: str, *objects: control_plane_pb2.LocalObject) -> list[grpc.StatusCode]:
+        """Report each object on its own as `cluster`'s agent would (with its certificate): each call's status."""
+        credentials = self.agent_credentials(cluster)
+        channel = (
+            grpc.secure_channel(self.grpc_address, credentials)
+            if credentials is not None
+            else grpc.insecure_channel(self.grpc_address)
+        )
+        codes = []
+        with channel:
+            stub = control_plane_pb2_grpc.ControlPlaneStub(channel)
+            for local in objects:
+                try:
+                    stub.ReportObjects(
+                        control_plane_pb2.ReportObjectsRequest(cluster=cluster, objects=[local]), timeout=10
+                    )
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.RpcError as exc:
+                    codes.append(exc.code())
+        return codes
+
     def agent_credentials(self, cluster: str) -> grpc.ChannelCredentials | None:
         """Client TLS that speaks for `cluster` (issued by this server's CA); None for an insecure server."""
         if self.insecure:
@@ -194,7 +216,7 @@ def agent_tls_argv(files: CertificateFiles) -> list[str]:
 def run_agent(
     tmp_path: Path,
     cluster: str,
-    server_grpc: str | ServerProcess,
+    server_grpc: str | ServerProcess | Sequence[ServerProcess],
     labels: dict[str, str] | None = None,
     insecure: bool | None = None,
     ports: tuple[int, int] | None = None,
@@ -207,11 +229,15 @@ def run_agent(
     `kubeconfig`, it applies what it holds to that Kubernetes API server; `extra` adds flags.
     Tests run their upstreams on loopback, so the agent allows loopback backends unless told not to.
 
-    Its certificate comes from the CA of `server_grpc` when that is a ServerProcess; given only an
-    address, from the CA in tmp_path/server (run_server's default), created there if the server has
-    not started yet. `insecure` defaults to the server's.
+    Its certificate comes from the CA of `server_grpc` when that is a ServerProcess (or several replicas
+    sharing a CA, all given to the agent); given only an address, from the CA in tmp_path/server
+    (run_server's default), created there if the server has not started yet. `insecure` defaults to the
+    server's.
     """
-    if isinstance(server_grpc, ServerProcess):
+    if not isinstance(server_grpc, str | ServerProcess):
+        pki, address = server_grpc[0].pki, ",".join(replica.grpc_address for replica in server_grpc)
+        insecure = server_grpc[0].insecure if insecure is None else insecure
+    elif isinstance(server_grpc, ServerProcess):
         pki, address = server_grpc.pki, server_grpc.grpc_address
         insecure = server_grpc.insecure if insecure is None else insecure
     else:

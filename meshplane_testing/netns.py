@@ -154,6 +154,46 @@ def start_fabric(prefix_length: int = 16) -> Iterator[Fabric]:
         yield Fabric(namespace, prefix_length)
 
 
+HOST_GATEWAY = "169.254.1.1"
+"""The test's namespace as every `host_link`ed namespace sees it: the next hop of their default route."""
+
+
+@contextlib.contextmanager
+def host_link(member: NetworkNamespace, address: str) -> Iterator[str]:
+    """A veth from `member` (its `eth0`, with `address`/32) straight to the test's namespace, which routes
+    `address` to it; the name of the test's end, removed at the end with the route.
+
+    Unlike a `Fabric`, this joins the test's own namespace, as a node's pods are joined to the node: a
+    process of the test (Envoy) reaches `address` directly, and `member` answers via HOST_GATEWAY, an
+    address of the test's end of the link. `member` reaches nothing else (the test's namespace does not
+    forward), so no packet of it leaves the machine."""
+    host_end = f"mph{secrets.token_hex(4)}"
+    _ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", member.name)
+    try:
+        _ip("address", "add", f"{HOST_GATEWAY}/32", "dev", host_end, "scope", "link")
+        _ip("link", "set", host_end, "up")
+        _ip("-n", member.name, "address", "add", f"{address}/32", "dev", "eth0")
+        _ip("-n", member.name, "link", "set", "eth0", "up")
+        _ip("-n", member.name, "route", "add", HOST_GATEWAY, "dev", "eth0", "scope", "link")
+        _ip("-n", member.name, "route", "add", "default", "via", HOST_GATEWAY, "dev", "eth0")
+        _ip("route", "add", f"{address}/32", "dev", host_end, "src", HOST_GATEWAY)
+        yield host_end
+    finally:
+        with contextlib.suppress(RuntimeError):  # gone with `member` already
+            _ip("link", "delete", host_end)
+
+
+@contextlib.contextmanager
+def unreachable_route(cidr: str) -> Iterator[None]:
+    """`cidr` answered "unreachable" by the test's namespace instead of going out its default route: what
+    of it is not `host_link`ed to a namespace never leaves the machine."""
+    _ip("route", "add", "unreachable", cidr)
+    try:
+        yield
+    finally:
+        _ip("route", "delete", "unreachable", cidr)
+
+
 Where = NetworkNamespace | None
 """A namespace, or None for the test's own."""
 

@@ -21,7 +21,8 @@ from meshplane.config import split_address
 _API_ROUTE = rf"^vhost\..+\.route\.{STAT_PREFIX}\.(?P<project>[a-z0-9-]+)\.(?P<name>[a-z0-9-]+)\."
 _COUNTER = re.compile(_API_ROUTE + r"upstream_rq_(?P<what>total|[1-5]xx)$")
 _LATENCY = re.compile(_API_ROUTE + r"upstream_rq_time$")
-STATS_FILTER = rf"\.route\.{STAT_PREFIX}\."
+STATS_FILTER = rf"\.route\.{STAT_PREFIX}\.|^server\.uptime$"
+"""The API route counters, and the gateway's uptime: going down, it says the gateway restarted."""
 QUANTILES = {50.0: "p50", 99.0: "p99"}
 ADMIN_TIMEOUT = 2.0
 """Seconds a read of Envoy's stats may take: its admin answers from memory."""
@@ -90,12 +91,35 @@ def _latencies(figures: dict[str, ApiFigures], histograms: dict[str, Any]) -> No
                 api.latency_ms[label] = max(api.latency_ms.get(label, 0.0), float(cumulative))
 
 
-async def read_api_figures(envoy_admin: str) -> dict[str, ApiFigures]:
-    """The figures of the gateway whose Envoy admin is at `envoy_admin` (host:port); raises httpx.HTTPError
-    when it cannot be read."""
+def uptime(stats: dict[str, Any]) -> int | None:
+    """Seconds the gateway has been up, as its last stats flush saw it; None when the answer has no uptime."""
+    for entry in stats.get("stats", []):
+        if entry.get("name") == "server.uptime":
+            return int(entry.get("value", 0))
+    return None
+
+
+@dataclass(frozen=True)
+class GatewayStats:
+    """One read of a gateway's stats: its per-API figures, and how long it had been up."""
+
+    figures: dict[str, ApiFigures]
+    uptime: int | None
+
+
+async def read_gateway_stats(envoy_admin: str) -> GatewayStats:
+    """The stats of the gateway whose Envoy admin is at `envoy_admin` (host:port); raises httpx.HTTPError
+    when they cannot be read."""
     host, port = split_address(envoy_admin)
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT) as client:
         response = await client.get(f"http://{authority}/stats", params={"format": "json", "filter": STATS_FILTER})
         response.raise_for_status()
-        return api_figures(response.json())
+        stats = response.json()
+        return GatewayStats(api_figures(stats), uptime(stats))
+
+
+async def read_api_figures(envoy_admin: str) -> dict[str, ApiFigures]:
+    """The figures of the gateway whose Envoy admin is at `envoy_admin`; raises httpx.HTTPError when they
+    cannot be read."""
+    return (await read_gateway_stats(envoy_admin)).figures

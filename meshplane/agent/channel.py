@@ -1,16 +1,43 @@
-"""The agent's channel to the control plane, renewed when its certificate files change."""
+"""The agent's channel to the control plane, renewed when its certificate files change.
+
+Given several server replicas (`--server ip:port,ip:port`, or one name with several A records), each agent
+starts at one of its own choosing, so a fleet spreads over the replicas, and moves to another when the one it
+is on goes: gRPC's pick_first over the shuffled list. Every call of an agent goes to the one replica, so its
+sync stream and its reports meet the same server.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import json
+
 import grpc
 
-from meshplane.config import AgentSettings
+from meshplane.config import AgentSettings, split_address
 from meshplane.observability.grpc_tracing import TraceUnaryCalls
 from meshplane.observability.logging import get_logger
 from meshplane.security.tls import INSECURE_WARNING, AgentCredentials, agent_channel_options
 from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS
 
 log = get_logger("meshplane.agent")
+
+SPREAD_OVER_REPLICAS = json.dumps([{"pick_first": {"shuffleAddressList": True}}])
+"""The channel's load-balancing config: the first replica tried is each agent's own, the next on failure."""
+
+
+def channel_target(server: str) -> str:
+    """The gRPC target of the agent's `--server`: one address as given (DNS finds every replica behind a
+    name), several IP addresses as one `ipv4:` or `ipv6:` list."""
+    addresses = server.split(",")
+    if len(addresses) == 1:
+        return server
+    first = split_address(addresses[0])[0]
+    return f"ipv{ipaddress.ip_address(first).version}:{server}"
+
+
+def server_config(service_config: str) -> str:
+    """The retry policy's service config with the spread over replicas."""
+    return json.dumps({**json.loads(service_config), "loadBalancingConfig": json.loads(SPREAD_OVER_REPLICAS)})
 
 
 class ControlPlaneChannel:
@@ -30,17 +57,16 @@ class ControlPlaneChannel:
             ("grpc.keepalive_timeout_ms", 10_000),
             ("grpc.http2.ping_timeout_ms", 10_000),
             ("grpc.enable_retries", 1),
-            ("grpc.service_config", self.settings.retry.service_config("meshplane.v1.ControlPlane")),
+            ("grpc.service_config", server_config(self.settings.retry.service_config("meshplane.v1.ControlPlane"))),
             *RECONNECT_CHANNEL_OPTIONS,
             *agent_channel_options(self.settings),
         ]
         interceptors = [TraceUnaryCalls()]
+        target = channel_target(self.settings.server)
         if self.credentials is None:
             log.warning(INSECURE_WARNING)
-            return grpc.aio.insecure_channel(self.settings.server, options=options, interceptors=interceptors)
-        return grpc.aio.secure_channel(
-            self.settings.server, self.credentials, options=options, interceptors=interceptors
-        )
+            return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+        return grpc.aio.secure_channel(target, self.credentials, options=options, interceptors=interceptors)
 
     def __call__(self) -> grpc.aio.Channel:
         """The channel new calls to the server go on: a new one once the certificate files changed, so new

@@ -8,6 +8,8 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
+from meshplane.lifecycle import wait_at_most
+
 NEVER = math.inf
 
 
@@ -35,10 +37,7 @@ class Deadline:
         while True:
             self._moved.clear()
             delay = None if self.moment == NEVER else max(0.0, self.moment - self.clock()) + self.grace
-            try:
-                await asyncio.wait_for(self._moved.wait(), delay)
+            if await wait_at_most(delay, self._moved.wait()):
                 continue  # moved: wait for the new moment
-            except TimeoutError:
-                pass
             self.moment = NEVER
             await action()

@@ -41,8 +41,9 @@ def delivery_reports(
     in_part: Mapping[tuple[str, str], str] | None = None,
 ) -> list[control_plane_pb2.ObjectDelivery]:
     """How each (type URL, name) -> version fared: refused by this cluster (`refused`: name -> reason, for
-    APIs), served here in part only (`in_part`: a Gateway whose certificate is not held, with why), else as
-    the gateways took the whole. Rendered manifests report once applied to Kubernetes."""
+    APIs), served here in part only (`in_part`: a Gateway whose certificate is not held, an API attached to
+    some of its routes only, with why), else as the gateways took the whole. Rendered manifests report once
+    applied to Kubernetes."""
     objects = {key: version for key, version in reported.items() if key[0] != MANIFEST_TYPE}
     one_project = len({_project(name) for _, name in objects}) <= 1
     gateways_said = outcome.message if one_project or outcome.state is not DeliveryState.FAILED else SHARED_REJECTION

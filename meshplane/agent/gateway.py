@@ -10,18 +10,20 @@ meets a route whose cluster is missing or still warming.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
 from envoy.config.core.v3 import base_pb2
+from google.protobuf.message import Message
 from opentelemetry.trace import Status, StatusCode
 
 from meshplane.agent.translate import EnvoyConfig
 from meshplane.agent.translate.extensions import EXTENSION_CONFIG_TYPE
 from meshplane.agent.translate.gateways import SECRET_TYPE
 from meshplane.dataplane import ENFORCER_NODE_CLUSTER, RATELIMITER_NODE_CLUSTER
+from meshplane.lifecycle import wait_at_most
 from meshplane.model.status import DeliveryState
 from meshplane.observability.metrics import GATEWAY_PUBLISHES
 from meshplane.observability.tracing import tracer
@@ -52,6 +54,26 @@ def gateway_group(node: base_pb2.Node, context: grpc.aio.ServicerContext) -> str
     """Every gateway of a cluster serves the same configuration; enforcers and rate limiters (known by the
     cluster their node announces) get theirs."""
     return _SERVICE_GROUPS.get(node.cluster, GATEWAYS)
+
+
+_CONFIG_FIELDS = {
+    LISTENER: "listeners",
+    ROUTE: "routes",
+    CLUSTER: "clusters",
+    ENDPOINT: "endpoints",
+    SECRET_TYPE: "secrets",
+    EXTENSION_CONFIG: "extension_configs",
+}
+
+
+def with_resources(config: EnvoyConfig, resources: Mapping[str, Mapping[str, Message]]) -> EnvoyConfig:
+    """`config` and more resources beside its own (names that never meet the translator's), in one snapshot."""
+    more = {
+        _CONFIG_FIELDS[type_url]: [*getattr(config, _CONFIG_FIELDS[type_url]), *(m for _, m in sorted(named.items()))]
+        for type_url, named in resources.items()
+        if named
+    }
+    return dataclasses.replace(config, **more) if more else config
 
 
 def _packed(messages: list, key: str = "name") -> dict[str, VersionedResource]:
@@ -152,8 +174,7 @@ class GatewayPublisher(NoCallbacks):
             return outcome is not None
 
         async with self._changed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait_for(settled), self.ack_timeout)
+            await wait_at_most(self.ack_timeout, self._changed.wait_for(settled))
         return outcome or PublishOutcome(DeliveryState.PENDING, "gateways have not acknowledged the configuration yet")
 
     def _judge(self, wanted: Wanted) -> PublishOutcome | None:

@@ -17,6 +17,7 @@ from meshplane.agent.apply_span import apply_span
 from meshplane.agent.channel import ControlPlaneChannel
 from meshplane.agent.deadline import Deadline
 from meshplane.agent.deliveries import delivery_reports
+from meshplane.agent.figures import FiguresReporter
 from meshplane.agent.gateway import (
     ENFORCERS,
     ENVOY_TYPE_ORDER,
@@ -24,12 +25,20 @@ from meshplane.agent.gateway import (
     GatewayPublisher,
     PublishOutcome,
     gateway_group,
+    with_resources,
 )
 from meshplane.agent.holdings import API_TYPE, Held, Holdings
 from meshplane.agent.kube import KubeClient
 from meshplane.agent.kube.desired import DesiredObject, ObjectKey, desired_objects
+from meshplane.agent.kube.gatewayapi import Program
 from meshplane.agent.kube.services import ServiceKey
-from meshplane.agent.kubernetes import ClusterKubernetes, Kubernetes, NoKubernetes, kube_client
+from meshplane.agent.kubernetes import (
+    ClusterKubernetes,
+    Kubernetes,
+    NoKubernetes,
+    gateway_api_program,
+    kube_client,
+)
 from meshplane.agent.local import LocalAPIs
 from meshplane.agent.reporter import Reporter
 from meshplane.agent.state import HeldResource, LocalState
@@ -85,7 +94,9 @@ class Agent:
         state: LocalState,
         admin_token: str | None,
         kube: KubeClient | None,
+        program: Program | None = None,
     ):
+        """`program`: the Gateway API core, to serve the cluster's Gateway API objects (None: they are not)."""
         self.settings = settings
         self.channel = channel
         self.state = state
@@ -100,8 +111,9 @@ class Agent:
         self.serving: dict[str, dict[str, Held]] = {}
         self.backoff = Backoff.of(settings.retry)
         self.reporter = Reporter(state, channel, settings.cluster, backoff=self.backoff)
+        self.figures = FiguresReporter(settings.cluster, envoy_admins(settings), channel, settings.figures_interval)
         self.kube: Kubernetes = (
-            ClusterKubernetes(kube, self, self.reporter, channel, settings, self.backoff)
+            ClusterKubernetes(kube, self, self.reporter, channel, settings, self.backoff, program)
             if kube is not None
             else NoKubernetes()
         )
@@ -109,9 +121,10 @@ class Agent:
         self._local_changes: dict[tuple[str, str], str | None] = {}
         self._local_changed = asyncio.Event()
         self._rebuilding = asyncio.Lock()
-        self._gateway_problems: dict[str, str] = {}
-        """What the last translation could not serve of each Gateway (see `translate.gateways`)."""
-        self._reported_problems: dict[str, str] = {}
+        self._in_part: dict[tuple[str, str], str] = {}
+        """What the last translation could not serve of each Gateway (see `translate.gateways`) and of each
+        API attached to Gateway API routes (see `translate.attached`), by (type URL, name)."""
+        self._reported_problems: dict[tuple[str, str], str] = {}
 
     def holdings(self) -> Holdings:
         """What this agent holds, serves and rejected, now."""
@@ -132,7 +145,9 @@ class Agent:
 
     def _refusals(self, apis: Sequence[Resource]) -> dict[str, str]:
         gateways = [held for held in self.objects.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
-        return refused_apis(apis, self.gateway_settings, self.kube.services(), gateways)
+        return refused_apis(
+            apis, self.gateway_settings, self.kube.services(), gateways, self.kube.gateway_api_resources()
+        )
 
     async def _publish(self, servable: Mapping[str, Mapping[str, Held]]) -> PublishOutcome:
         now = time.time()
@@ -145,12 +160,26 @@ class Agent:
         self.key_expiry.move_to(entitlements.next_expiry(now))  # the gateways are told again then
         gateways = [held for held in servable.get(GATEWAY_TYPE, {}).values() if isinstance(held, Resource)]
         certificates = self._certificates(servable.get(CERTIFICATE_TYPE, {}))
+        gateway_api = self.kube.gateway_api_resources()
         config = translate_apis(
-            resources, self.gateway_settings, entitlements, now, self.kube.services(), gateways, certificates
+            resources,
+            self.gateway_settings,
+            entitlements,
+            now,
+            self.kube.services(),
+            gateways,
+            certificates,
+            gateway_api,
         )
+        config = with_resources(config, config.gateway_api)
         for gateway, problem in config.gateway_problems.items():
             log.warning("a gateway is served in part here", gateway=gateway, problem=problem)
-        self._gateway_problems = config.gateway_problems
+        for api, problem in config.api_problems.items():
+            log.warning("an API is attached in part here", api=api, problem=problem)
+        self._in_part = {
+            **{(GATEWAY_TYPE, name): problem for name, problem in config.gateway_problems.items()},
+            **{(API_TYPE, name): problem for name, problem in config.api_problems.items()},
+        }
         return await self.publisher.publish(config)
 
     def _certificates(self, held: Mapping[str, Held]) -> dict[str, TLSCertificateSpec | str]:
@@ -170,6 +199,10 @@ class Agent:
                 out[name] = f"names Secret {ref.namespace}/{ref.name}, which {missing[ref.namespace, ref.name]}"
         return out
 
+    async def gateway_api_changed(self) -> None:
+        """The cluster's Gateway API objects came to other Envoy resources: serve them."""
+        await self.rebuild()
+
     async def tls_secrets_changed(self) -> None:
         """What a Secret a certificate names holds changed: serve it."""
         try:
@@ -177,15 +210,19 @@ class Agent:
         except Exception:  # a bug here must not stop the agent reading its Secrets
             log.exception("serving the changed TLS Secrets failed")
 
-    def _gateway_problems_changed(self, problems: Mapping[str, str]) -> dict[tuple[str, str], str]:
-        """Held Gateways whose part not served here began, ended or changed since last reported."""
-        versions = self.state.versions(GATEWAY_TYPE)
-        names = {
-            name
-            for name in {*problems, *self._reported_problems}
-            if problems.get(name) != self._reported_problems.get(name)
+    def _in_part_changed(self, problems: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+        """Held Gateways and APIs whose part not served here began, ended or changed since last reported."""
+        changed = {
+            key
+            for key in {*problems, *self._reported_problems}
+            if problems.get(key) != self._reported_problems.get(key)
         }
-        return {(GATEWAY_TYPE, name): versions[name] for name in sorted(names) if name in versions}
+        found = {}
+        for type_url, name in sorted(changed):
+            version = self.state.versions(type_url).get(name)
+            if version is not None:
+                found[(type_url, name)] = version
+        return found
 
     def _set_services(self, group: str, resources: Resources) -> None:
         """Enforcers and rate limiters take their resources as they come: no ordering to respect."""
@@ -202,7 +239,7 @@ class Agent:
         async with self._rebuilding:  # one at a time: sync, local CRs, key expiry and services all ask
             offer = first = self.holdings().offer(self._refusals)
             outcome = await self._publish(offer.objects)
-            problems = self._gateway_problems
+            problems = self._in_part
             if outcome.state is DeliveryState.FAILED and changed:
                 log.warning("gateways rejected the configuration; keeping the last good one", reason=outcome.message)
                 for (type_url, name), version in first.rejected_by(changed).items():
@@ -214,14 +251,13 @@ class Agent:
             refused = first.refused
             reported = {
                 **self.holdings().refusals_changed(refused),
-                **self._gateway_problems_changed(problems),
+                **self._in_part_changed(problems),
                 **(changed if report and changed else {}),
             }
             self._reported_problems = problems
             await self.state.keep_refused(refused)
             if reported:
-                in_part = {(GATEWAY_TYPE, name): problem for name, problem in problems.items()}
-                await self.reporter.report_status(delivery_reports(reported, outcome, refused, in_part))
+                await self.reporter.report_status(delivery_reports(reported, outcome, refused, problems))
         self.kube.trigger()
 
     def kube_desired(self) -> dict[ObjectKey, DesiredObject]:
@@ -361,6 +397,7 @@ class Agent:
                 tasks.start("agent-admin", admin.serve, on_failure="exit")
                 tasks.start("cp-sync", self.sync, on_failure="exit")
                 tasks.start("reports", self.reporter.run, on_failure="restart")
+                tasks.start("figures", self.figures.run, on_failure="restart")
                 tasks.start("local-apis", self._serve_local, on_failure="restart")
                 tasks.start("key-expiry", lambda: self.key_expiry.run(self.rebuild), on_failure="restart")
                 for name, work in self.kube.tasks().items():
@@ -384,7 +421,8 @@ async def assemble(settings: AgentSettings, channel_credentials: grpc.ChannelCre
     token = admin_token(settings)
     channel = ControlPlaneChannel(settings, channel_credentials)
     kube = kube_client(settings)
-    return Agent(settings, channel, await LocalState.open(settings.state_dir), token, kube)
+    program = gateway_api_program(settings) if kube is not None else None
+    return Agent(settings, channel, await LocalState.open(settings.state_dir), token, kube, program)
 
 
 async def run_agent(settings: AgentSettings, stop: asyncio.Event) -> None:
@@ -425,12 +463,17 @@ def gateway_settings(settings: AgentSettings) -> GatewaySettings:
     )
 
 
+def envoy_admins(settings: AgentSettings) -> list[str]:
+    """The Envoy admins of every gateway this agent serves."""
+    return [settings.envoy_admin_address, *settings.more_envoy_admin_addresses]
+
+
 def backend_policy(settings: AgentSettings) -> BackendPolicy:
-    """What this agent's gateways may reach for an API: never its own admin and xDS, nor Envoy's admin."""
+    """What this agent's gateways may reach for an API: never its own admin and xDS, nor Envoy's admins."""
     ports = (
         ("the agent's xDS", settings.xds_address),
         ("the agent's admin", settings.admin_address),
-        ("Envoy's admin", settings.envoy_admin_address),
+        *(("Envoy's admin", address) for address in envoy_admins(settings)),
     )
     return BackendPolicy(
         allow_loopback=settings.allow_loopback_backends,

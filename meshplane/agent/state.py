@@ -63,6 +63,7 @@ class LocalState:
         rejected: dict[tuple[str, str], str],
         instance: str,
         refused: dict[str, str] | None = None,
+        reported_routes: frozenset[tuple[str, str, str]] = frozenset(),
     ):
         self._db = db
         self._held = held
@@ -72,6 +73,9 @@ class LocalState:
         self.refused: dict[str, str] = refused or {}
         """APIs the agent last refused to serve, with the reasons; kept across restarts, so a refusal that a
         restart with other settings ends (or begins) is reported."""
+        self.reported_routes = reported_routes
+        """The cluster's Gateway API routes (kind, namespace, name) reported up, so that one deleted while the
+        agent was down is reported deleted when it is back."""
 
     @classmethod
     async def open(cls, state_dir: Path) -> LocalState:
@@ -92,7 +96,13 @@ class LocalState:
             (instance,) = await rows.fetchone()  # type: ignore[misc]
         async with db.execute("SELECT value FROM meta WHERE key = 'refused'") as rows:
             row = await rows.fetchone()
-        return cls(db, held, rejected, instance, json.loads(row[0]) if row else {})
+        refused = json.loads(row[0]) if row else {}
+        async with db.execute("SELECT value FROM meta WHERE key = 'reported_routes'") as rows:
+            row = await rows.fetchone()
+        routes = (
+            frozenset((kind, namespace, name) for kind, namespace, name in json.loads(row[0])) if row else frozenset()
+        )
+        return cls(db, held, rejected, instance, refused, routes)
 
     async def close(self) -> None:
         await self._db.close()
@@ -138,6 +148,16 @@ class LocalState:
         )
         await self._db.commit()
         self.refused = dict(refused)
+
+    async def keep_reported_routes(self, routes: frozenset[tuple[str, str, str]]) -> None:
+        """Remember which routes are reported up now (a write only when that changed)."""
+        if routes == self.reported_routes:
+            return
+        await self._db.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('reported_routes', ?)", (json.dumps(sorted(routes)),)
+        )
+        await self._db.commit()
+        self.reported_routes = routes
 
     async def enqueue_report(self, body: bytes) -> int:
         """Keep a report until the server has taken it; its sequence number makes its idempotency key."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from meshplane.model.kinds import OWN_TRAFFIC, OWN_TRAFFIC_NEEDED, own_traffic_needed, own_traffic_refused
 from meshplane.model.registry import REGISTRY, KindInfo, KindRegistry
 from meshplane.model.resource import API_GROUP, API_VERSION
 
@@ -26,6 +27,23 @@ PRINTER_COLUMNS: Mapping[str, list[dict[str, str]]] = {
     "API": [
         {"name": "Base Path", "type": "string", "jsonPath": ".spec.basePath"},
         {"name": "Version", "type": "string", "jsonPath": ".spec.version"},
+    ],
+}
+_ATTACHED = "has(self.targetRefs) && size(self.targetRefs) > 0"
+_PRESENT = {"basePath": "has(self.basePath)", "operations": "has(self.operations) && size(self.operations) > 0"}
+_PRESENT["backends"] = "has(self.backends) && size(self.backends) > 0"
+
+
+# Rules across a spec's fields (the models' `field_problems`) that the API server can check with CEL, each
+# reported at its field with the model's message.
+def _rule(rule: str, path: str, message: str) -> dict[str, str]:
+    return {"rule": rule, "fieldPath": f".{path}", "message": message}
+
+
+SPEC_RULES: Mapping[str, list[dict[str, str]]] = {
+    "API": [
+        *(_rule(f"({_ATTACHED}) || ({_PRESENT[p]})", p, own_traffic_needed(p)) for p in OWN_TRAFFIC_NEEDED),
+        *(_rule(f"!({_ATTACHED}) || !({_PRESENT[p]})", p, own_traffic_refused(p)) for p in OWN_TRAFFIC),
     ],
 }
 AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
@@ -136,6 +154,8 @@ def object_schema(info: KindInfo) -> dict[str, Any]:
     model_schema = info.model.model_json_schema(by_alias=True)
     converter = _Converter(info.kind, model_schema.get("$defs", {}))
     spec = converter.convert(model_schema["properties"]["spec"], "spec")
+    if rules := SPEC_RULES.get(info.kind):
+        spec["x-kubernetes-validations"] = rules
     status: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     if status_description := (info.status.__doc__ or "").strip():
         status = {"description": status_description, **status}

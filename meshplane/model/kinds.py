@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AnyHttpUrl, Field, field_validator
 
@@ -201,14 +201,36 @@ class Backend(WireModel):
     credential: BackendCredential | None = None
 
 
+ROUTE_GROUP = "gateway.networking.k8s.io"
+
+
+class RouteTargetRef(WireModel):
+    """A Gateway API HTTPRoute an API attaches to, in the shape of Gateway API policy attachment's
+    `targetRefs`. The namespace defaults to the API's project (a project is a namespace). An API attaches to
+    a whole route: `sectionName` is refused, since a rule's name is optional and names only some rules."""
+
+    group: Literal["gateway.networking.k8s.io"]
+    kind: Literal["HTTPRoute"]
+    name: Name
+    namespace: Name | None = None
+    section_name: str | None = None
+
+    def route(self, project: str) -> tuple[str, str]:
+        """(namespace, name) of the route, for an API of `project`."""
+        return (self.namespace or project, self.name)
+
+
 class APISpec(WireModel):
-    """A managed API: what the gateway exposes under basePath and where it sends it."""
+    """A managed API: what the gateway exposes under basePath and where it sends it; or, with `targetRefs`,
+    the API management (authentication, plans, limits) of Gateway API routes that carry its traffic."""
 
     version: str = Field(default="v1", min_length=1, max_length=63)
-    base_path: BasePath
+    base_path: BasePath | None = None
+    """Required unless `targetRefs` are given (see `field_problems`)."""
     hostnames: list[Hostname] = Field(default_factory=lambda: ["*"], min_length=1)
     operations: list[Operation] = Field(default_factory=list)
-    backends: list[Backend] = Field(min_length=1)
+    backends: list[Backend] = Field(default_factory=list)
+    """At least one unless `targetRefs` are given."""
     timeout: Timeout | None = None
     """The whole request, until the last byte of the answer; `none`: no limit (Envoy's default: 15s)."""
     idle_timeout: Timeout | None = None
@@ -226,12 +248,14 @@ class APISpec(WireModel):
     placement: Placement = Field(default_factory=Placement)
     gateways: list[Name] = Field(default_factory=list)
     """Gateways of the project whose listeners serve the API; empty: the cluster's default HTTP listener."""
+    target_refs: list[RouteTargetRef] = Field(default_factory=list, max_length=16)
+    """HTTPRoutes whose every rule gets this API's checks and limits, in the clusters the API is placed on."""
 
     # Field validators rather than one model validator: each error then carries its field's path.
     @field_validator("backends")
     @classmethod
     def _backends_agree(cls, backends: list[Backend]) -> list[Backend]:
-        if sum(b.weight for b in backends) == 0:
+        if backends and sum(b.weight for b in backends) == 0:
             raise ValueError("at least one backend needs a weight above 0")
         if len({b.base_path for b in backends}) > 1:
             raise ValueError("every backend of an API takes requests under the same basePath")
@@ -254,8 +278,9 @@ class APISpec(WireModel):
 
     def field_problems(self) -> list[tuple[str, str]]:
         """Rules across fields, as (path under spec, message), so each error still names its field."""
+        problems = self._traffic_problems()
         jwt = self.authentication is not None and self.authentication.jwt is not None
-        problems = [
+        problems += [
             (f"operations[{index}].scopes", "scopes need authentication.jwt: only user tokens carry scopes")
             for index, op in enumerate(self.operations)
             if op.scopes and not jwt
@@ -282,6 +307,65 @@ class APISpec(WireModel):
             if tls is not None and backend.service is not None and tls.sni is None and not tls.subject_alt_names:
                 problems.append((f"backends[{index}].tls.sni", "a service backend over TLS needs the name to verify"))
         return problems
+
+    def _traffic_problems(self) -> list[tuple[str, str]]:
+        """Traffic of its own (basePath, backends) or routes to attach to (targetRefs): one or the other. An
+        attached API keeps who may call and how much (authentication, plans, limits, placement); what the
+        route says of its traffic stays the route's."""
+        if not self.target_refs:
+            missing = {"basePath": self.base_path is None, "backends": not self.backends}
+            return [(path, own_traffic_needed(path)) for path, absent in missing.items() if absent]
+        present = {"basePath": self.base_path is not None, "operations": bool(self.operations)}
+        present["backends"] = bool(self.backends)
+        problems = [(path, own_traffic_refused(path)) for path, there in present.items() if there]
+        problems += [
+            (path, f"an API attached to routes (targetRefs) leaves {what} to its HTTPRoutes")
+            for attribute, path, what in _ROUTE_DECIDES
+            if getattr(self, attribute) != APISpec.model_fields[attribute].get_default(call_default_factory=True)
+        ]
+        if self.authentication is not None and self.authentication.mtls is not None:
+            why = (
+                "an API attached to routes takes API keys or tokens: a Gateway API listener asks no client certificate"
+            )
+            problems.append(("authentication.mtls", why))
+        seen: set[tuple[str | None, str]] = set()
+        for index, ref in enumerate(self.target_refs):
+            if ref.section_name is not None:
+                problems.append(
+                    (f"targetRefs[{index}].sectionName", "an API attaches to a whole HTTPRoute, not one of its rules")
+                )
+            if (ref.namespace, ref.name) in seen:
+                named = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+                problems.append((f"targetRefs[{index}]", f"names HTTPRoute {named} again"))
+            seen.add((ref.namespace, ref.name))
+        return problems
+
+
+OWN_TRAFFIC_NEEDED = {"basePath": "a basePath", "backends": "backends"}
+"""What an API not attached to routes must have (field path -> how a message names it)."""
+OWN_TRAFFIC = ("basePath", "operations", "backends")
+"""What an API attached to routes (targetRefs) has none of: the routes carry its traffic."""
+
+
+def own_traffic_needed(path: str) -> str:
+    return f"an API needs {OWN_TRAFFIC_NEEDED[path]} (or targetRefs naming the routes it attaches to)"
+
+
+def own_traffic_refused(path: str) -> str:
+    return f"an API attached to routes (targetRefs) has no {path} of its own"
+
+
+_ROUTE_DECIDES = (
+    ("hostnames", "hostnames", "hostnames"),
+    ("timeout", "timeout", "timeouts"),
+    ("idle_timeout", "idleTimeout", "timeouts"),
+    ("stream_timeout", "streamTimeout", "timeouts"),
+    ("retries", "retries", "retries"),
+    ("cors", "cors", "CORS (the HTTPRoute's CORS filter)"),
+    ("shaping", "shaping", "shaping (the HTTPRoute's filters)"),
+    ("gateways", "gateways", "the Gateways (the HTTPRoute's parentRefs)"),
+)
+"""What an HTTPRoute already says of its traffic: (attribute, field path, how an error names it)."""
 
 
 def _https(uri: AnyHttpUrl | None) -> bool:

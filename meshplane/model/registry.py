@@ -19,11 +19,13 @@ from meshplane.model.access import (
     SubscriptionSpec,
 )
 from meshplane.model.base import WireModel
+from meshplane.model.gatewayapi_routes import GRPCRouteSpec, HTTPRouteSpec, RouteStatus
 from meshplane.model.gateways import GatewaySpec, TLSCertificateSpec
 from meshplane.model.intents import EgressIntentSpec, IngressIntentSpec, LogicalCloudSpec, ServiceIntentSpec
 from meshplane.model.kinds import APISpec, CertificateRevocationSpec, ClusterSpec, ProjectSpec
 from meshplane.model.resource import API_VERSION, FieldError, InvalidObject, Resource, field_errors
 from meshplane.model.roles import Role
+from meshplane.model.rollouts import RolloutPolicySpec, RolloutSpec
 from meshplane.model.services import ServiceEndpointSpec
 from meshplane.model.status import ObjectStatus
 from meshplane.proto.v1 import resources_pb2
@@ -63,6 +65,8 @@ class Feed(StrEnum):
     """The rendered Istio / DNS manifests (see `server/render`)."""
     REVOCATIONS = "revocations"
     """The revoked agent certificates every replica refuses."""
+    ROLLOUTS = "rollouts"
+    """The versions each cluster is held to while a change rolls out (see `server.projection.Hold`)."""
 
 
 class OnDelete(StrEnum):
@@ -162,6 +166,7 @@ class KindInfo:
             self.kind,
             __base__=Resource[self.spec, self.status],  # type: ignore[name-defined]
             kind=(Literal[self.kind], self.kind),  # type: ignore[valid-type]
+            status=(self.status, Field(default_factory=self.status, json_schema_extra={"readOnly": True})),
             **spec_field,  # type: ignore[arg-type]
         )
         object.__setattr__(self, "model", model)
@@ -415,5 +420,26 @@ REGISTRY = KindRegistry(
             writable=False,
             feeds=frozenset({Feed.MANIFESTS}),  # the ingress gateway's load balancer: a cluster's ingress addresses
         ),
+        # A cluster's Gateway API routes, shown with their origin; served by that cluster's agent alone.
+        KindInfo(
+            "HTTPRoute",
+            "httproutes",
+            Scope.PROJECT,
+            HTTPRouteSpec,
+            status=RouteStatus,
+            writable=False,
+            cluster_made=True,
+        ),
+        KindInfo(
+            "GRPCRoute",
+            "grpcroutes",
+            Scope.PROJECT,
+            GRPCRouteSpec,
+            status=RouteStatus,
+            writable=False,
+            cluster_made=True,
+        ),
+        KindInfo("RolloutPolicy", "rolloutpolicies", Scope.PROJECT, RolloutPolicySpec, writers=_PUBLISHER),
+        KindInfo("Rollout", "rollouts", Scope.PROJECT, RolloutSpec, writable=False, feeds=frozenset({Feed.ROLLOUTS})),
     ]
 )

@@ -25,6 +25,8 @@ class ServicePort(WireModel):
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
     target_port: int | str | None = None
     """The pods' port: a number, or the name of a container port."""
+    app_protocol: str | None = Field(default=None, max_length=253)
+    """What the port speaks (`kubernetes.io/h2c`, `kubernetes.io/ws`, ...): how a gateway connects to it."""
 
 
 class ServiceEndpointSpec(WireModel):

@@ -48,7 +48,7 @@ def configure_logging(fmt: LogFormat = "json", level: str = "info", **bound: str
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("uvicorn.access", "aiosqlite", "asyncio"):
+    for noisy in ("uvicorn.access", "aiosqlite", "asyncio", "httpx"):  # httpx: a line per request
         logging.getLogger(noisy).setLevel(logging.WARNING)
     structlog.contextvars.clear_contextvars()
     if bound:

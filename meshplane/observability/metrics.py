@@ -46,6 +46,11 @@ DELIVERY_LAG_REVISIONS = Gauge(
 DELIVERY_LAG_SECONDS = Gauge(
     "meshplane_cluster_delivery_lag_seconds", "Age of the oldest change a cluster has not applied", ["cluster"]
 )
+ROLLOUT_TRANSITIONS = Counter(
+    "meshplane_rollout_transitions_total",
+    "Rollouts that entered a phase (Paused, Succeeded, RolledBack, ...) or a next wave, by what they entered",
+    ["entered"],
+)
 REPORTS_REFUSED = Counter(
     "meshplane_reports_refused_total",
     "Objects and services a cluster reported that the server refused or left alone, by why "

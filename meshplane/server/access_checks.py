@@ -183,15 +183,18 @@ def _served_spec(stored: StoredObject) -> Mapping[str, Any]:
     return {**stored.spec, "placement": served_placement(Placement(), stored.origin).to_wire()}
 
 
-def _routing_of(spec: APISpec | Mapping[str, Any]) -> tuple[str, list[str]]:
+def _routing_of(spec: APISpec | Mapping[str, Any]) -> tuple[str | None, list[str]]:
     if isinstance(spec, APISpec):
         return spec.base_path, spec.hostnames
-    return spec["basePath"], spec.get("hostnames", ["*"])
+    return spec.get("basePath"), spec.get("hostnames", ["*"])
 
 
-def _may_meet(spec: APISpec, base_path: str, hostnames: list[str]) -> bool:
+def _may_meet(spec: APISpec, base_path: str | None, hostnames: list[str]) -> bool:
     """A cheap first look on the stored form: APIs on disjoint hosts, or whose basePaths part at a literal
-    segment, never meet, and most pairs are ruled out here without validating the other API."""
+    segment, never meet, and most pairs are ruled out here without validating the other API. An API attached
+    to Gateway API routes has no routes of its own to meet."""
+    if spec.base_path is None or base_path is None:
+        return False
     if not any(hosts_overlap(mine, theirs) for mine in spec.hostnames for theirs in hostnames):
         return False
     for mine, theirs in zip(spec.base_path.split("/")[1:], base_path.split("/")[1:], strict=False):

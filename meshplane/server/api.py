@@ -16,6 +16,7 @@ from meshplane.server.auth.principal import require_project, require_write
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem, ProblemDetail, problem_responses
 from meshplane.server.visibility import as_seen_by
+from meshplane.server.yaml_bodies import is_yaml, parse_yaml, wants_yaml, yaml_read, yaml_response
 
 SCHEMA_REF = "#/components/schemas/{model}"
 IfMatch = Annotated[str | None, Header(alias="If-Match", description="Expected resourceVersion (ETag)")]
@@ -36,8 +37,11 @@ def _with_etag(response: Response, resource: Resource) -> Resource:
     return resource
 
 
-async def _read_json(request: Request) -> Any:
-    """The body as JSON; validation happens in the object service so errors carry wire field paths."""
+async def _read_body(request: Request) -> Any:
+    """The body as JSON, or as YAML when its Content-Type says so; validation happens in the object service so
+    errors carry wire field paths."""
+    if is_yaml(request.headers.get("content-type")):
+        return parse_yaml(await request.body())
     try:
         return await request.json()
     except ValueError:
@@ -82,9 +86,13 @@ def _kind_router(info: KindInfo, service: ObjectService) -> APIRouter:
     if info.cluster_made:
         _adopt_route(router, info, service, item, opts)
 
-    @router.get(item, summary=f"Read a {info.kind}", responses=problem_responses(404), **opts)
-    async def read(response: Response, name: str, project: Project, principal: Caller) -> Resource:
-        return _with_etag(response, as_seen_by(principal, await service.get(info, project, name)))
+    @router.get(item, summary=f"Read a {info.kind}", responses=problem_responses(404) | yaml_read(info.kind), **opts)
+    async def read(request: Request, response: Response, name: str, project: Project, principal: Caller) -> Any:
+        resource = as_seen_by(principal, await service.get(info, project, name))
+        if wants_yaml(request):
+            return yaml_response(resource)
+        response.headers["Vary"] = "Accept"
+        return _with_etag(response, resource)
 
     @router.get(
         base,
@@ -120,7 +128,15 @@ def _write_routes(
 ) -> None:
     """Create, replace, patch and delete: only for kinds that users write."""
     ref = SCHEMA_REF.format(model=info.kind)
-    body = {"requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": ref}}}}}
+    # The same document is taken as application/yaml (see yaml_bodies); the schema names JSON alone, as the
+    # generated clients and the contract fuzzing speak it.
+    body = {
+        "requestBody": {
+            "required": True,
+            "description": "The object, as JSON or (Content-Type: application/yaml) as YAML",
+            "content": {"application/json": {"schema": {"$ref": ref}}},
+        }
+    }
     patch_body = {
         "requestBody": {"required": True, "content": {"application/merge-patch+json": {"schema": {"type": "object"}}}}
     }
@@ -129,7 +145,7 @@ def _write_routes(
 
     @router.post(base, status_code=201, openapi_extra=body, responses=writes, summary=f"Create a {info.kind}", **opts)
     async def create(request: Request, response: Response, project: Project) -> Resource:
-        return _with_etag(response, await service.create(info, project, await _read_json(request)))
+        return _with_etag(response, await service.create(info, project, await _read_body(request)))
 
     created = {201: {"description": "Created", "content": {"application/json": {"schema": {"$ref": ref}}}}}
 
@@ -139,7 +155,7 @@ def _write_routes(
     async def replace(
         request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
     ) -> Resource:
-        resource, created = await service.put(info, project, name, await _read_json(request), if_match)
+        resource, created = await service.put(info, project, name, await _read_body(request), if_match)
         response.status_code = 201 if created else 200
         return _with_etag(response, resource)
 
@@ -147,7 +163,7 @@ def _write_routes(
     async def patch(
         request: Request, response: Response, name: str, project: Project, if_match: IfMatch = None
     ) -> Resource:
-        resource = await service.patch(info, project, name, await _read_json(request), if_match)
+        resource = await service.patch(info, project, name, await _read_body(request), if_match)
         return _with_etag(response, resource)
 
     @router.delete(item, summary=f"Delete a {info.kind}", responses=problem_responses(403, 404, 409), **opts)

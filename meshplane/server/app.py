@@ -9,19 +9,25 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from meshplane import __version__
+from meshplane.console.routes import install_console
 from meshplane.observability.http_requests import ObserveRequests
 from meshplane.server.access_checks import ApiLookup
+from meshplane.server.acting import RequestActor
 from meshplane.server.api import install_object_routes
 from meshplane.server.auth.guard import Authenticator, current_principal
 from meshplane.server.auth.routes import tokens_router
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.cluster_resources import cluster_resources_router
 from meshplane.server.credentials import Credentials, credentials_router
+from meshplane.server.dependents import install_dependents_routes
+from meshplane.server.figures import figures_router
 from meshplane.server.hardening import DEFAULT_MAX_BODY, RequestLimits
+from meshplane.server.history import install_history_routes
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
 from meshplane.server.projection import FleetProjection
 from meshplane.server.revocations import revocations_router
+from meshplane.server.rollout_routes import rollout_routes
 from meshplane.server.sealing import Sealer
 from meshplane.server.signing import SigningKeys
 from meshplane.server.watch import watch_router
@@ -40,11 +46,13 @@ def create_app(
     projection: FleetProjection | None = None,
     revocations: bool = False,
     sealer: Sealer | None = None,
+    console_oidc: dict[str, str] | None = None,
 ) -> FastAPI:
     """The north API. The server process always passes an authenticator; without one (in-process tests)
     every caller is an admin. The application keys' endpoints need the signing keys, what a cluster receives
     needs the fleet projection: each is served when given; `revocations` serves revoking agent certificates.
-    The server process gives them all."""
+    The server process gives them all. The web console is served at /ui/ (`console_oidc`: the OpenID provider
+    its sign-in page offers, if any)."""
     app = FastAPI(
         title="meshplane",
         version=__version__,
@@ -88,14 +96,21 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    install_object_routes(app, ObjectService(store, api_lookup, sealer))
+    objects = ObjectService(store, api_lookup, sealer)
+    install_object_routes(app, objects)
+    install_history_routes(app, store)
+    install_dependents_routes(app, objects)
+    app.include_router(figures_router(objects))
     app.include_router(watch_router(store))
     app.include_router(tokens_router(tokens or TokenService(store)))
     if projection is not None:
         app.include_router(cluster_resources_router(projection))
+        app.include_router(rollout_routes(store, projection))
     if revocations:
         app.include_router(revocations_router(store))
     if signing is not None:
         app.include_router(credentials_router(Credentials(store, ObjectService(store), signing)))
+    app.add_middleware(RequestActor)  # inside the request's span: it records its trace id
+    install_console(app, console_oidc)
     app.add_middleware(ObserveRequests)  # outermost: span and timing cover every layer
     return app

@@ -4,7 +4,8 @@ A cluster originates only the kinds the registry marks `cluster_made`, only into
 object names in `spec.publish.projects` (none until an admin says so), and through the object service, so
 every check of a REST write applies. What it publishes keeps its origin, `cluster/<name>`, and is served on
 that cluster alone (see `served_placement`) until an admin adopts it; from then on, as for any object of
-another origin, the cluster's reports change nothing of it.
+another origin, the cluster's reports change nothing of it. A kind the control plane never delivers (a Gateway
+API route) is shown only: its status is the one the cluster wrote, and it cannot be adopted.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
+from pydantic import ValidationError
 
 from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY, KindInfo, UnknownKind
-from meshplane.model.resource import InvalidObject
+from meshplane.model.resource import InvalidObject, field_errors
 from meshplane.model.wire import integral
 from meshplane.proto.v1 import control_plane_pb2
 from meshplane.server.objects import ObjectService
@@ -65,7 +67,10 @@ class ClusterObjects:
                 "in the Cluster's spec.publish.projects)",
             )
         try:
+            status = _shown_status(info, local)  # checked first: a report is taken whole or not at all
             await self.objects.put(info, local.project, local.name, _document(info, local), origin=origin)
+            if status is not None:
+                await self._show_status(info, local, status)
         except InvalidObject as exc:
             raise ReportRefused(grpc.StatusCode.INVALID_ARGUMENT, "invalid", f"{where}: {exc}") from None
         except OwnedElsewhere as exc:
@@ -73,6 +78,12 @@ class ClusterObjects:
         except Problem as exc:
             code, reason = _PROBLEM_CODES.get(exc.status, (grpc.StatusCode.INVALID_ARGUMENT, "invalid"))
             raise ReportRefused(code, reason, f"{where}: {exc.detail}") from None
+
+    async def _show_status(self, info: KindInfo, local: control_plane_pb2.LocalObject, status: dict[str, Any]) -> None:
+        try:
+            await self.store.set_status(info.kind, local.project, local.name, status)
+        except NotFound:  # withdrawn meanwhile: its next report brings it back
+            return
 
     async def publishable_projects(self, cluster: str) -> frozenset[str]:
         """What the cluster's Cluster object lets it publish into (nothing for a cluster not known yet)."""
@@ -117,6 +128,18 @@ class ClusterObjects:
         raise ReportRefused(
             grpc.StatusCode.ABORTED, "busy", f"{info.kind} {local.project}/{local.name} kept changing; report again"
         )
+
+
+def _shown_status(info: KindInfo, local: control_plane_pb2.LocalObject) -> dict[str, Any] | None:
+    """The status the cluster wrote, kept for a kind the control plane never delivers (its status is the
+    cluster's to tell, as a route's parents are); None for any other. InvalidObject when not of its shape."""
+    if info.delivered or not local.HasField("status"):
+        return None
+    try:
+        status = info.status.model_validate(integral(json_format.MessageToDict(local.status)))
+    except ValidationError as exc:
+        raise InvalidObject(field_errors(exc, "status")) from None
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def _document(info: KindInfo, local: control_plane_pb2.LocalObject) -> dict[str, Any]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 
+from meshplane.audit import acting_as
 from meshplane.model.meta import check_name
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
@@ -17,11 +19,12 @@ from meshplane.model.status import DeliveryState
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
+from meshplane.server.acting import for_cluster
 from meshplane.server.cluster_objects import ClusterObjects, ReportRefused
 from meshplane.server.objects import ObjectService
 from meshplane.server.service_endpoints import apply_report
 from meshplane.store.errors import AlreadyExists
-from meshplane.store.records import Delivery
+from meshplane.store.records import ApiFigureRecord, Delivery
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.control_plane")
@@ -113,6 +116,64 @@ def delivery_of(cluster: str, entry: control_plane_pb2.ObjectDelivery, at: datet
     return Delivery(cluster, info.kind, project, name, entry.version, _STATES[entry.state].value, entry.message, at)
 
 
+MAX_FIGURES = 5000
+"""APIs one figures report may carry: more than any cluster serves, few enough to keep a report small."""
+MAX_SAMPLE_AHEAD = timedelta(minutes=5)
+"""How far ahead of the server's clock a report's sampling time may be: as a newer sample always wins, one
+from far ahead would hold the cluster's figures still until the clocks met."""
+_STATUS_CLASS = re.compile(r"^[1-5]xx$")
+
+
+def figure_records(request: control_plane_pb2.ReportFiguresRequest, now: datetime) -> list[ApiFigureRecord]:
+    """A figures report received at `now` as the store keeps it; ValueError saying which field is wrong."""
+    if not request.HasField("sampled_at"):
+        raise ValueError("sampled_at: required")
+    sampled_at = request.sampled_at.ToDatetime(tzinfo=UTC)
+    if sampled_at > now + MAX_SAMPLE_AHEAD:
+        raise ValueError(f"sampled_at: {sampled_at.isoformat()} is ahead of the server's clock ({now.isoformat()})")
+    if len(request.figures) > MAX_FIGURES:
+        raise ValueError(f"figures: {len(request.figures)} entries, at most {MAX_FIGURES}")
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for index, entry in enumerate(request.figures):
+        where = f"figures[{index}]"
+        for field in ("project", "name"):
+            try:
+                check_name(getattr(entry, field))
+            except ValueError as exc:
+                raise ValueError(f"{where}.{field}: {exc}") from None
+        if (entry.project, entry.name) in seen:
+            raise ValueError(f"{where}: {entry.project}/{entry.name} given twice")
+        seen.add((entry.project, entry.name))
+        _check_counts(where, entry)
+        kept.append(
+            ApiFigureRecord(
+                request.cluster,
+                entry.project,
+                entry.name,
+                entry.requests,
+                entry.errors,
+                dict(sorted(entry.by_class.items())),
+                sampled_at,
+            )
+        )
+    return kept
+
+
+def _check_counts(where: str, entry: control_plane_pb2.ApiFigure) -> None:
+    if entry.requests < 0 or entry.errors < 0:
+        raise ValueError(f"{where}: negative count")
+    if entry.errors > entry.requests:
+        raise ValueError(f"{where}.errors: {entry.errors} errors of {entry.requests} requests")
+    for status_class, count in entry.by_class.items():
+        if not _STATUS_CLASS.match(status_class):
+            raise ValueError(f"{where}.by_class: {status_class!r} is not a status class (1xx to 5xx)")
+        if count < 0:
+            raise ValueError(f"{where}.by_class.{status_class}: negative count")
+    if entry.by_class.get("5xx", 0) != entry.errors:
+        raise ValueError(f"{where}.errors: {entry.errors}, but by_class 5xx is {entry.by_class.get('5xx', 0)}")
+
+
 class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
     def __init__(
         self,
@@ -137,7 +198,8 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         self, request: control_plane_pb2.RegisterClusterRequest, context: grpc.aio.ServicerContext
     ) -> control_plane_pb2.RegisterClusterResponse:
         await self._check_cluster(request.cluster, context)
-        revision = await self.clusters.register(request.cluster, request.agent_version, dict(request.labels))
+        with acting_as(for_cluster(request.cluster, context.peer())):
+            revision = await self.clusters.register(request.cluster, request.agent_version, dict(request.labels))
         return control_plane_pb2.RegisterClusterResponse(revision=revision)
 
     async def ReportStatus(
@@ -163,7 +225,8 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         await self._check_cluster(request.cluster, context)
         for local in request.objects:
             try:
-                await self.cluster_objects.keep(request.cluster, local)
+                with acting_as(for_cluster(request.cluster, context.peer())):
+                    await self.cluster_objects.keep(request.cluster, local)
             except ReportRefused as exc:
                 REPORTS_REFUSED.labels(request.cluster, exc.reason).inc()
                 log.warning("reported object refused", cluster=request.cluster, reason=exc.reason, error=str(exc))
@@ -179,8 +242,23 @@ class ControlPlaneService(control_plane_pb2_grpc.ControlPlaneServicer):
         report makes is idempotent, so a retried one is applied again harmlessly and its key only tells."""
         await self._check_cluster(request.cluster, context)
         try:
-            await apply_report(self.store, request.cluster, request)
+            with acting_as(for_cluster(request.cluster, context.peer())):
+                await apply_report(self.store, request.cluster, request)
         except InvalidObject as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"service report: {exc}")
         first = await self.store.claim_idempotency_key(request.idempotency_key) if request.idempotency_key else True
         return control_plane_pb2.ReportResponse(duplicate=not first)
+
+    async def ReportFigures(
+        self, request: control_plane_pb2.ReportFiguresRequest, context: grpc.aio.ServicerContext
+    ) -> control_plane_pb2.ReportResponse:
+        """The cluster's per-API figures. A report carries cumulative counts and the time they were read, so a
+        retried one changes nothing a newer one wrote (see `Store.record_figures`): its key claims nothing."""
+        await self._check_cluster(request.cluster, context)
+        try:
+            figures = figure_records(request, datetime.now(UTC))
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"figures report: {exc}")
+        await self.store.record_figures(request.cluster, figures)
+        self.clusters.seen(request.cluster)
+        return control_plane_pb2.ReportResponse()

@@ -7,22 +7,26 @@ import asyncio
 from collections.abc import Mapping
 
 from meshplane.model.registry import REGISTRY, Feed
+from meshplane.model.rollouts import RolloutSpec
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import STORE_REVISION
 from meshplane.security.revocation import RevokedCertificates
 from meshplane.server.manifests import ManifestProjection
-from meshplane.server.projection import FleetProjection
+from meshplane.server.projection import DeliveredObject, FleetProjection, Hold
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.feeder")
 
+_ROLLOUT_KINDS = REGISTRY.kinds_feeding(Feed.ROLLOUTS)
 _BATCH = 1000
 """Events read per pass; a full batch means more are waiting, so the next is read at once."""
 _RENDERED = frozenset({Feed.FLEET, Feed.MANIFESTS})
 """What the manifest projection renders from: the clusters and the kinds rendered into manifests."""
-_WATCHED_KINDS = [info.kind for info in REGISTRY if info.delivered or info.feeds & {*_RENDERED, Feed.REVOCATIONS}]
+_WATCHED_KINDS = [
+    info.kind for info in REGISTRY if info.delivered or info.feeds & {*_RENDERED, Feed.REVOCATIONS, Feed.ROLLOUTS}
+]
 
 
 class ProjectionFeeder:
@@ -48,6 +52,10 @@ class ProjectionFeeder:
         self.ready = asyncio.Event()
         self.revision = 0
         self._advanced = asyncio.Event()
+        self._versions: dict[tuple[ObjectKey, int], DeliveredObject | None] = {}
+        """Earlier versions active rollouts keep clusters on, read from the store's history once each."""
+        self._targets: dict[ObjectKey, ObjectKey] = {}
+        """Rollout -> the object it rolls out, for the rollouts that hold one now."""
 
     async def run(self) -> None:
         while True:
@@ -66,7 +74,11 @@ class ProjectionFeeder:
         self.manifests.flush()
         self.revoked.reset(o.name for o in objects if Feed.REVOCATIONS in feeds[o.key])
         delivered = [o for o in objects if REGISTRY.get(o.kind).delivered]
-        self.projection.reset(delivered, clusters, traces)
+        self._targets = {}
+        holds = await self._holds(
+            [o.key for o in objects if Feed.ROLLOUTS in feeds[o.key]], {o.key: o for o in objects}
+        )
+        self.projection.reset(delivered, clusters, traces, {k: h for k, h in holds.items() if h is not None})
         self._advance(revision)
         self.ready.set()
         log.info("projection loaded", revision=revision, objects=len(delivered), clusters=len(clusters))
@@ -81,24 +93,67 @@ class ProjectionFeeder:
                     changed[(event.kind, event.project, event.name)] = event.trace_context
                     oldest = oldest or event.created_at.timestamp()
             if changed:
+                holds = await self._holds([key for key in changed if key[0] in _ROLLOUT_KINDS], current)
                 # The pushes of this batch are timed from its oldest change; the feeder is the cache's only writer.
                 with self.projection.cache.stamped(oldest):
-                    self._apply(changed, current)
+                    self._apply(changed, current, holds)
             if events:
                 self._advance(events[-1].revision)
             if len(events) < _BATCH:
                 await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
 
+    async def _holds(
+        self, rollouts: list[ObjectKey], current: Mapping[ObjectKey, StoredObject]
+    ) -> dict[ObjectKey, Hold | None]:
+        """What each of these rollouts holds its object to now (None: nothing, it is over or gone), with the
+        earlier versions it keeps read from the store's history."""
+        holds: dict[ObjectKey, Hold | None] = {}
+        for key in rollouts:
+            stored = current.get(key)
+            spec = RolloutSpec.model_validate(stored.spec) if stored is not None else None
+            if spec is None or not spec.phase.active:
+                if (target := self._targets.pop(key, None)) is not None:
+                    holds[target] = None
+                continue
+            target = (spec.target.kind, key[1], spec.target.name)
+            self._targets[key] = target
+            revisions = {spec.from_revision, *spec.held.values()} - {None}
+            versions = {revision: await self._version(target, revision) for revision in revisions}
+            if any(versions.get(r) is None for r in revisions):
+                log.error("a version a rollout keeps is not in the history; its object is not held", rollout=key[2])
+                holds[target] = None
+                continue
+            kept = {cluster: versions[r] if r is not None else None for cluster, r in spec.held.items()}
+            baseline = versions[spec.from_revision] if spec.from_revision is not None else None
+            holds[target] = Hold(frozenset(spec.released), kept, baseline)
+        held = set(self._targets.values())
+        self._versions = {k: v for k, v in self._versions.items() if k[0] in held}
+        return holds
+
+    async def _version(self, key: ObjectKey, revision: int) -> DeliveredObject | None:
+        if (key, revision) not in self._versions:
+            stored = await self.store.version_in_force(*key, revision)
+            self._versions[(key, revision)] = self.projection.deliverable(stored) if stored is not None else None
+        return self._versions[(key, revision)]
+
     def _apply(
-        self, changes: Mapping[ObjectKey, Mapping[str, str] | None], current: Mapping[ObjectKey, StoredObject]
+        self,
+        changes: Mapping[ObjectKey, Mapping[str, str] | None],
+        current: Mapping[ObjectKey, StoredObject],
+        holds: Mapping[ObjectKey, Hold | None],
     ) -> None:
         """Update the projection from the objects as the batch's snapshot has them (absent: deleted), without
         yielding, so one batch of events reaches each stream as one push. `changes`: each object's latest
-        trace context."""
+        trace context. Rollouts' holds go first: an object and the rollout that governs its change are
+        written together, and no cluster may see the change before its hold."""
+        for target, hold in holds.items():
+            self.projection.hold(target, hold)
         for key, trace in changes.items():
             kind, _, name = key
             info = REGISTRY.get(kind)
             stored = current.get(key)
+            if Feed.ROLLOUTS in info.feeds:
+                continue
             if Feed.REVOCATIONS in info.feeds:
                 if stored is None:
                     self.revoked.forget(name)

@@ -1,5 +1,6 @@
-"""Limits every north-API request meets before any route sees it: a bounded body, and one of the
-content types the API speaks. (No CORS middleware is installed: browsers get no cross-origin access.)"""
+"""Limits every north-API request meets before any route sees it: a bounded body, and one of
+the content types the API speaks (JSON, or YAML for objects). (No CORS middleware is installed:
+browsers get no cross-origin access.)"""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from meshplane.server.problems import problem_response
+from meshplane.server.yaml_bodies import YAML_TYPES
 
-BODY_CONTENT_TYPES = frozenset({"application/json", "application/merge-patch+json"})
+BODY_CONTENT_TYPES = frozenset({"application/json", "application/merge-patch+json", *YAML_TYPES})
 DEFAULT_MAX_BODY = 1 << 20
 
 
@@ -40,7 +42,8 @@ class RequestLimits:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().decode("latin-1").lower()
         if body and content_type not in BODY_CONTENT_TYPES:
             shown = content_type or "none"
-            await self._refuse(scope, receive, send, 415, f"send JSON (application/json), not {shown}")
+            detail = f"send JSON (application/json) or YAML (application/yaml), not {shown}"
+            await self._refuse(scope, receive, send, 415, detail)
             return
         await self.app(scope, _replay(body), send)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from meshplane.lifecycle import wait_at_most
 from meshplane.observability.logging import get_logger
 from meshplane.store.store import Store
 
@@ -53,3 +55,24 @@ class Leadership:
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
+
+    async def passes(
+        self,
+        work: Callable[[], Awaitable[None]],
+        wake: asyncio.Event,
+        interval: float,
+        what: str,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> None:
+        """Run `work` while this replica leads: every `interval` seconds, and at once when `wake` is set; on a
+        replica that does not lead, `meanwhile` instead. A pass that fails is logged and the next one tries again."""
+        while True:
+            try:
+                if self.is_leader:
+                    await work()
+                elif meanwhile is not None:
+                    meanwhile()
+            except Exception:
+                log.exception(f"{what} failed; retrying")
+            wake.clear()
+            await wait_at_most(interval, wake.wait())

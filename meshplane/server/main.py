@@ -16,7 +16,7 @@ import uvicorn
 from envoy.config.core.v3 import base_pb2
 
 from meshplane.config import ServerSettings
-from meshplane.lifecycle import HttpServer, Supervisor
+from meshplane.lifecycle import HttpServer, Supervisor, wait_at_most
 from meshplane.model.kinds import APISpec
 from meshplane.model.meta import check_name
 from meshplane.observability.grpc_metrics import MeasureCalls
@@ -38,12 +38,14 @@ from meshplane.server.auth.guard import Authenticator, FailureBrake
 from meshplane.server.auth.oidc import OidcSettings, OidcVerifier
 from meshplane.server.auth.tokens import TokenService
 from meshplane.server.compaction import Compactor
+from meshplane.server.console_sign_in import console_oidc
 from meshplane.server.control_plane import ClusterRegistry, ControlPlaneService, delivery_of, now
 from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.objects import ObjectService
 from meshplane.server.projection import FleetProjection
+from meshplane.server.rollouts import RolloutDriver
 from meshplane.server.sealing import Sealer, data_key_of
 from meshplane.server.signing import SigningKeys, publish_key_set
 from meshplane.server.status import StatusRollup
@@ -189,6 +191,7 @@ def authenticator_for(settings: ServerSettings, tokens: TokenService) -> Authent
                 jwks_uri=settings.oidc_jwks_uri,
                 jwks=settings.oidc_jwks,
                 roles_claim=settings.oidc_roles_claim,
+                console_client_id=settings.oidc_console_client_id,
             )
         )
     return Authenticator(tokens, oidc, FailureBrake(settings.failed_auth_per_minute))
@@ -225,7 +228,19 @@ async def run_server(
     clusters = ClusterRegistry(store)
     leadership = Leadership(store)
     rollup = StatusRollup(store, projection, clusters, leadership)
-    compactor = Compactor(store, leadership, settings.event_retention, settings.compaction_interval)
+    compactor = Compactor(
+        store,
+        leadership,
+        settings.event_retention,
+        settings.compaction_interval,
+        settings.history_keep,
+        settings.audit_keep_days,
+    )
+    rollouts = RolloutDriver(store, projection, feeder, leadership, settings.rollout_interval)
+
+    def reported() -> None:
+        rollup.wake.set()
+        rollouts.wake.set()
 
     grpc_server = grpc.aio.server(
         interceptors=[
@@ -239,7 +254,7 @@ async def run_server(
         XdsServer(
             cache,
             node_group=cluster_of_node,
-            callbacks=ClusterPresence(clusters, rollup.wake.set),
+            callbacks=ClusterPresence(clusters, reported),
             name="sync",
             compress_from=COMPRESS_FROM,
         ),
@@ -247,7 +262,7 @@ async def run_server(
     )
     api_lookup = current_api_lookup(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, rollup.wake.set, ObjectService(store, api_lookup, sealer)), grpc_server
+        ControlPlaneService(clusters, reported, ObjectService(store, api_lookup, sealer)), grpc_server
     )
 
     app = create_app(
@@ -262,6 +277,7 @@ async def run_server(
         projection=projection,
         revocations=True,
         sealer=sealer,
+        console_oidc=await console_oidc(settings),
     )
     http = HttpServer(
         app,
@@ -287,6 +303,7 @@ async def run_server(
                 tasks.start("leadership", leadership.run, on_failure="restart")
                 tasks.start("status-rollup", rollup.run, on_failure="restart")
                 tasks.start("compaction", compactor.run, on_failure="restart")
+                tasks.start("rollouts", rollouts.run, on_failure="restart")
                 if north_tls is not None and settings.http_tls_cert is not None and settings.http_tls_key is not None:
                     renewals = partial(
                         keep_north_certificate_fresh, north_tls, settings.http_tls_cert, settings.http_tls_key
@@ -299,7 +316,7 @@ async def run_server(
                 log.info("server stopping")
                 await grpc_server.stop(grace=1.0)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(clusters.flush(), timeout=5)  # agents' disconnects, as the streams closed
+            await wait_at_most(5, clusters.flush())  # agents' disconnects, as the streams closed
     finally:
         http.close()
         await store.close()

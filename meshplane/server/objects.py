@@ -30,11 +30,12 @@ from meshplane.server.references import (
     referenced,
     refuse_referenced,
 )
+from meshplane.server.rollout_writes import rollout_companion
 from meshplane.server.sealing import STORED, Sealer
 from meshplane.server.service_endpoints import rehome
 from meshplane.server.tls_checks import check_certificate_dates
 from meshplane.store.batch import Fence
-from meshplane.store.errors import NotFound, Overtaken, OwnedElsewhere
+from meshplane.store.errors import Conflict, NotFound, Overtaken, OwnedElsewhere
 from meshplane.store.store import Store
 
 MAX_PAGE = 1000
@@ -114,8 +115,9 @@ def _in_project(project: str | None, resource: Resource) -> Iterator[None]:
 
 _T = TypeVar("_T")
 
-_USER_KINDS_IN_PROJECTS = [info for info in REGISTRY if info.namespaced and info.writable]
-"""What a project must not hold when it is deleted."""
+_USER_KINDS_IN_PROJECTS = [info for info in REGISTRY if info.namespaced and (info.writable or info.cluster_made)]
+"""What a project must not hold when it is deleted: what users wrote, and what clusters made (a route a cluster
+shows there is gone from it only when the cluster deletes it)."""
 
 CHECK_ATTEMPTS = 5
 """Times a write is checked again after writes it had to be weighed against overtook it, before it gives up."""
@@ -248,11 +250,14 @@ class ObjectService:
                 resource = await self._sealed(info, self.validate(info, project, None, doc))
                 meta = resource.metadata
                 span.set_attribute("meshplane.name", meta.name)
+                companion = await rollout_companion(self.store, info, meta.project, meta.name, meta.labels, meta.origin)
 
                 async def create(fence: Fence | None) -> StoredObject:
                     with _in_project(project, resource):
                         written = _written(resource, project)
-                        return await self.store.create(info.kind, meta.project or "", meta.name, fence=fence, **written)
+                        return await self.store.create(
+                            info.kind, meta.project or "", meta.name, fence=fence, companion=companion, **written
+                        )
 
                 stored = await self._checked_write(resource, create)
             await self._project_changed(info, meta.name)
@@ -280,6 +285,12 @@ class ObjectService:
             current = await self.get(info, project, name)
             if origin_cluster(current.metadata.origin) is None:
                 raise Problem(409, f"{info.kind} {name!r} was not made by a cluster: there is nothing to adopt")
+            if not info.delivered:
+                raise Problem(
+                    409,
+                    f"{info.kind} {name!r} stays in the cluster that made it: the control plane shows {info.plural} "
+                    "and delivers them to no cluster, so it cannot adopt one",
+                )
             doc = current.to_wire()
             if placement is not None:
                 doc["spec"]["placement"] = placement.to_wire()
@@ -301,6 +312,7 @@ class ObjectService:
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
             expected = parse_revision(meta.resource_version)
+        companion = await rollout_companion(self.store, info, meta.project, meta.name, meta.labels, meta.origin)
 
         async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
             with _in_project(project, resource), _owned_here(origin):
@@ -312,6 +324,7 @@ class ObjectService:
                     expected_revision=expected,
                     take_over=take_over,
                     fence=fence,
+                    companion=companion,
                     **written,
                 )
 
@@ -326,20 +339,34 @@ class ObjectService:
         """JSON merge patch (RFC 7396) of the object's user-owned parts, applied at its current revision."""
         if not isinstance(patch, Mapping):
             raise InvalidObject([FieldError(path="", message="a merge patch must be a JSON object")])
+        named = if_match is not None or (
+            isinstance(patch.get("metadata"), Mapping) and "resourceVersion" in patch["metadata"]
+        )
         with _write_span(info, "patch", project, name):
-            current = await self.get(info, project, name)
-            merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
-            metadata = merged.get("metadata")
-            if not isinstance(metadata, Mapping):
-                raise InvalidObject([FieldError(path="metadata", message="must stay an object")])
-            excluded = ("uid", "generation", "creationTimestamp", "origin")
-            owned = {k: v for k, v in metadata.items() if k not in excluded}
-            # Unless the patch names a resourceVersion, the one just read guards the write: a change made between
-            # our read and our write is then refused with 409 rather than silently overwritten.
-            owned.setdefault("resourceVersion", current.metadata.resource_version)
-            merged["metadata"] = owned
-            resource, _ = await self._put(info, project, name, merged, if_match, None)
-            return resource
+            for _ in range(CHECK_ATTEMPTS):
+                try:
+                    return await self._patch_once(info, project, name, patch, if_match)
+                except Conflict:
+                    if named:
+                        raise
+            raise Problem(409, f"{info.kind} {name!r} kept changing while it was patched; retry")
+
+    async def _patch_once(
+        self, info: KindInfo, project: str | None, name: str, patch: Mapping[str, Any], if_match: str | None
+    ) -> Resource:
+        """One read-merge-write. The revision just read guards the write, so a change made in between is never
+        overwritten: `patch` reads again (a status written meanwhile) unless the caller named the revision."""
+        current = await self.get(info, project, name)
+        merged = merge_patch(current.to_wire(), {k: v for k, v in patch.items() if k != "status"})
+        metadata = merged.get("metadata")
+        if not isinstance(metadata, Mapping):
+            raise InvalidObject([FieldError(path="metadata", message="must stay an object")])
+        excluded = ("uid", "generation", "creationTimestamp", "origin")
+        owned = {k: v for k, v in metadata.items() if k not in excluded}
+        owned.setdefault("resourceVersion", current.metadata.resource_version)
+        merged["metadata"] = owned
+        resource, _ = await self._put(info, project, name, merged, if_match, None)
+        return resource
 
     async def delete(self, info: KindInfo, project: str | None, name: str, if_match: str | None = None) -> Resource:
         with _write_span(info, "delete", project, name):

@@ -28,7 +28,7 @@ _MEANINGS = {
     404: "Not found, or in a project the token does not cover",
     409: "Conflict: exists already, or a stale resourceVersion",
     413: "The body is larger than the server takes",
-    415: "The body is not JSON (application/json, or application/merge-patch+json for a merge patch)",
+    415: "The body is not JSON (application/json, or application/merge-patch+json for a merge patch) nor YAML",
     422: "Invalid request or object, with field paths",
     429: "Too many failed authentications from this address; see Retry-After",
 }

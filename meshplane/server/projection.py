@@ -74,6 +74,21 @@ def deliver(
     return DeliveredObject(info, packed, placement_of(resource), resource.spec, stored.revision, stored.updated_at)
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What an active rollout keeps clusters it has not reached on: `released` clusters get the object's newest
+    version, one named in `kept` the version given there, any other `baseline` (None: no version at all)."""
+
+    released: frozenset[str]
+    kept: Mapping[str, DeliveredObject | None]
+    baseline: DeliveredObject | None
+
+    def version_for(self, cluster: str, newest: DeliveredObject) -> DeliveredObject | None:
+        if cluster in self.released:
+            return newest
+        return self.kept.get(cluster, self.baseline)
+
+
 def _placed_with(before: frozenset[str], cluster: str, selected: bool) -> frozenset[str]:
     """`before` with `cluster` in it or out of it; `before` itself when that changes nothing."""
     if selected == (cluster in before):
@@ -96,6 +111,8 @@ class FleetProjection:
         self._routes: dict[str | None, dict[ObjectKey, APISpec]] = {}
         """APIs by route bucket (their basePath's first segment; None: templated): for write-time checks."""
         self._route_bucket: dict[ObjectKey, str | None] = {}
+        self.holds: dict[ObjectKey, Hold] = {}
+        """Objects whose newest version an active rollout has not given every cluster yet."""
 
     def _project_objects(self, project: str) -> dict[ObjectKey, DeliveredObject]:
         return {key: self.objects[key] for key in self._related.get(project, ())}
@@ -126,7 +143,7 @@ class FleetProjection:
         if key in self._route_bucket:
             self._routes[self._route_bucket.pop(key)].pop(key, None)
         delivered = self.objects.get(key) if present else None
-        if delivered is not None and isinstance(delivered.spec, APISpec):
+        if delivered is not None and isinstance(delivered.spec, APISpec) and delivered.spec.base_path is not None:
             # Route checks weigh APIs where they are served, which for a cluster's own is not its placement.
             spec = delivered.spec.model_copy(update={"placement": delivered.placement})
             bucket = self._route_bucket[key] = route_bucket(spec.base_path)
@@ -137,16 +154,19 @@ class FleetProjection:
         objects: Iterable[StoredObject],
         clusters: Iterable[StoredObject],
         traces: Mapping[ObjectKey, Mapping[str, str]] | None = None,
+        holds: Mapping[ObjectKey, Hold] | None = None,
     ) -> None:
         """Rebuild from a consistent snapshot of the store; every cluster's set is replaced at once.
-        `traces`: the context of the write that made each object what it is, where that write was traced."""
+        `traces`: the context of the write that made each object what it is, where that write was traced;
+        `holds`: the active rollouts' (see `hold`)."""
         self.clusters = {c.name: dict(c.labels) for c in clusters}
+        self.holds = dict(holds or {})
         self.objects = {}
         self._related, self._followers = {}, Counter()
         self._routes, self._route_bucket = {}, {}
         traces = traces or {}
         for stored in objects:
-            if (delivered := self._deliver(stored, traces.get(stored.key))) is not None:
+            if (delivered := self.deliverable(stored, traces.get(stored.key))) is not None:
                 self.objects[stored.key] = delivered
                 self._index(stored.key, True)
         alike: dict[frozenset[str], frozenset[str]] = {}  # one set object per distinct placement
@@ -163,7 +183,7 @@ class FleetProjection:
 
     def upsert_object(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> None:
         key = stored.key
-        delivered = self._deliver(stored, trace)
+        delivered = self.deliverable(stored, trace)
         if delivered is None:
             self.remove_object(key)
             return
@@ -183,6 +203,9 @@ class FleetProjection:
     ) -> None:
         """Place an object on `after` (sending it again where it already was when it changed)."""
         self.placed[key] = after
+        if key in self.holds:
+            self._serve_held(key, self.clusters.keys() | before)
+            return
         type_url = obj.info.type_url
         for cluster in after if upsert else after - before:
             self.cache.update(cluster, type_url, upserts=[obj.resource])
@@ -198,15 +221,72 @@ class FleetProjection:
                 self._move(key, self.objects[key], before, after, upsert=False)
 
     def remove_object(self, key: ObjectKey) -> None:
+        """A deleted object goes from every cluster at once, whatever version a rollout kept there."""
         self._dirty.add(key)
         delivered = self.objects.pop(key, None)
         placed = self.placed.pop(key, frozenset())
         self._index(key, False)
         if delivered is None:
             return
+        if self.holds.pop(key, None) is not None:
+            placed = self._holding(delivered.info.type_url, delivered.resource.name)
         for cluster in placed:
             self.cache.update(cluster, delivered.info.type_url, removals=[delivered.resource.name])
         self._refollow(key[1])
+
+    def hold(self, key: ObjectKey, hold: Hold | None) -> None:
+        """Serve an object's clusters the versions an active rollout allows them (None: the rollout is over, every
+        placed cluster gets the newest)."""
+        if hold is None and self.holds.pop(key, None) is None:
+            return
+        if hold is not None:
+            self.holds[key] = hold
+        self._dirty.add(key)
+        obj = self.objects.get(key)
+        if obj is None:
+            return
+        self._serve_held(key, self.clusters.keys() | self._holding(obj.info.type_url, obj.resource.name))
+
+    def served(self, key: ObjectKey, cluster: str) -> DeliveredObject | None:
+        """The version of an object `cluster` should hold now (None: none)."""
+        obj = self.objects.get(key)
+        if obj is None or cluster not in self.clusters:
+            return None
+        hold = self.holds.get(key)
+        if hold is None:
+            return obj if cluster in self.placed.get(key, frozenset()) else None
+        version = hold.version_for(cluster, obj)
+        if version is None:
+            return None
+        if obj.info.follows is not None:
+            return version if cluster in self.placed.get(key, frozenset()) else None
+        return version if version.placement.selects(cluster, self.clusters[cluster]) else None
+
+    def served_versions(self, key: ObjectKey) -> dict[str, str]:
+        """cluster -> the version it should hold of the object, for every cluster that should hold one."""
+        obj = self.objects.get(key)
+        if obj is None:
+            return {}
+        if key not in self.holds:
+            return dict.fromkeys(self.placed.get(key, frozenset()), obj.resource.version)
+        versions = {cluster: self.served(key, cluster) for cluster in self.clusters}
+        return {cluster: v.resource.version for cluster, v in versions.items() if v is not None}
+
+    def _holding(self, type_url: str, name: str) -> set[str]:
+        """The clusters whose cache holds a resource now."""
+        return {group for group in self.cache.groups() if name in self.cache.resources(group, type_url)}
+
+    def _serve_held(self, key: ObjectKey, clusters: Iterable[str]) -> None:
+        """Make each of `clusters` hold the version of a held object it should (see `served`)."""
+        obj = self.objects[key]
+        type_url, name = obj.info.type_url, obj.resource.name
+        for cluster in clusters:
+            want = self.served(key, cluster)
+            have = self.cache.resources(cluster, type_url).get(name)
+            if want is None and have is not None:
+                self.cache.update(cluster, type_url, removals=[name])
+            elif want is not None and (have is None or have.version != want.resource.version):
+                self.cache.update(cluster, type_url, upserts=[want.resource])
 
     def upsert_cluster(self, name: str, labels: Mapping[str, str]) -> None:
         if self.clusters.get(name) == dict(labels):
@@ -220,7 +300,10 @@ class FleetProjection:
 
     def api_lookup(self, spec: APISpec) -> tuple[Mapping[str, Mapping[str, str]], list[tuple[str, str, APISpec]]]:
         """The clusters and the APIs, as this server last saw them, whose routes may meet `spec`'s: those in
-        its route bucket and the templated ones (every API for a templated basePath)."""
+        its route bucket and the templated ones (every API for a templated basePath); none for an API attached
+        to Gateway API routes, which has no routes of its own."""
+        if spec.base_path is None:
+            return self.clusters, []
         bucket = route_bucket(spec.base_path)
         buckets = (
             self._routes.values() if bucket is None else (self._routes.get(bucket, {}), self._routes.get(None, {}))
@@ -267,15 +350,20 @@ class FleetProjection:
         # Rendered manifests are kept by the manifest projection; a snapshot of objects leaves them be.
         snapshot[MANIFEST_TYPE] = dict(self.cache.resources(cluster, MANIFEST_TYPE))
         for key, clusters in self.placed.items():
-            if cluster in clusters:
+            if cluster in clusters and key not in self.holds:
                 obj = self.objects[key]
                 snapshot[obj.info.type_url][obj.resource.name] = obj.resource
+        for key in self.holds:
+            if (version := self.served(key, cluster)) is not None:
+                snapshot[version.info.type_url][version.resource.name] = version.resource
         self.cache.set_snapshot(cluster, snapshot)
 
     def _placement(self, obj: DeliveredObject) -> frozenset[str]:
         return placed_clusters(obj.placement, self.clusters)
 
-    def _deliver(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
+    def deliverable(self, stored: StoredObject, trace: Mapping[str, str] | None = None) -> DeliveredObject | None:
+        """A stored object (or an earlier version of one, which a rollout keeps on clusters it has not reached)
+        packed for delivery; None when it is not to be delivered."""
         info = REGISTRY.get(stored.kind)
         if not info.delivered or stored.deleted:
             return None

@@ -32,20 +32,22 @@ _OVERLAP = timedelta(seconds=2)
 
 
 def delivery_entries(
-    placed: Iterable[str],
-    version: str,
+    versions: Mapping[str, str],
     reported: Mapping[str, Delivery],
     previous: Iterable[Mapping[str, str]],
     now: str,
 ) -> list[dict[str, str]]:
-    """`status.clusters[]` of one object: one entry per placed cluster, in name order.
+    """`status.clusters[]` of one object: one entry per cluster that should hold it, in name order, judged
+    against the version that cluster should hold (`versions`: the newest, or where a rollout has not reached
+    yet the one it keeps there).
 
-    A report about another version than the current one says nothing about it: that cluster is
-    Pending. lastTransitionTime moves only when the state does.
+    A report about another version than that one says nothing about it: that cluster is Pending.
+    lastTransitionTime moves only when the state does.
     """
     before = {entry.get("cluster"): entry for entry in previous}
     entries = []
-    for cluster in sorted(placed):
+    for cluster in sorted(versions):
+        version = versions[cluster]
         report = reported.get(cluster)
         if report is not None and report.version == version:
             state, message = report.state, report.message
@@ -145,17 +147,10 @@ class StatusRollup:
         self._lag_published: set[str] = set()
 
     async def run(self) -> None:
-        while True:
-            try:
-                if self.leadership.is_leader:
-                    await self.pass_once()
-                else:
-                    self._publish_lag({})  # the leader's figures are the ones that hold
-            except Exception:
-                log.exception("status roll-up pass failed; retrying")
-            self.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.interval)
+        # Off the leader, the lag gauges are dropped: the leader's figures are the ones that hold.
+        await self.leadership.passes(
+            self.pass_once, self.wake, self.interval, "status roll-up pass", meanwhile=lambda: self._publish_lag({})
+        )
 
     async def pass_once(self) -> None:
         reports = await self.store.deliveries_changed(self._since - _OVERLAP if self._since else None)
@@ -192,8 +187,8 @@ class StatusRollup:
         stored_objects = await self.store.get_many(key for key in keys if key in self.projection.objects)
         for key in keys:
             obj = self.projection.objects.get(key)
-            placed = self.projection.placed.get(key, frozenset())
-            for cluster in self._stale_at.get(key, set()) - placed:
+            versions = self.projection.served_versions(key)
+            for cluster in self._stale_at.get(key, set()) - versions.keys():
                 self._mark(cluster, key, stale=False)
                 self._set_error(cluster, key, None)
             if obj is None:
@@ -202,9 +197,7 @@ class StatusRollup:
             stored = stored_objects.get(key)
             if stored is None:
                 continue
-            entries = delivery_entries(
-                placed, obj.resource.version, reported.get(key, {}), stored.status.get("clusters", []), now
-            )
+            entries = delivery_entries(versions, reported.get(key, {}), stored.status.get("clusters", []), now)
             for entry in entries:
                 self._mark(entry["cluster"], key, stale=entry["state"] != DeliveryState.APPLIED.value)
                 error = None

@@ -39,6 +39,18 @@ class Fence:
     collides: Callable[[StoredObject], bool]
 
 
+@dataclass(frozen=True, slots=True)
+class Companion:
+    """Changes to other objects that commit with a write, ahead of it in revision order: a reader of the event log
+    meets them first (a rollout that governs a change is read before the change it holds back)."""
+
+    keys: tuple[ObjectKey, ...]
+    """The objects `record` reads and writes: loaded with the write's own."""
+    record: Callable[[WriteBatch, StoredObject | None], None]
+    """Records its changes, given the object as it stands before the write (None: there is none); runs only
+    when the write changes something."""
+
+
 class WriteBatch:
     """The named objects as the decisions so far left them, and every change they recorded, in order."""
 

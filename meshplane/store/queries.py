@@ -7,14 +7,26 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.audit import Actor
 from meshplane.model.stored import StoredObject
 from meshplane.store.batch import Change
-from meshplane.store.records import Delivery, Event, TokenRecord
-from meshplane.store.schema import deliveries, events, idempotency_keys, meta, objects, server_keys, tokens
+from meshplane.store.records import ApiFigureRecord, AuditEntry, Delivery, Event, HistoryEntry, TokenRecord
+from meshplane.store.schema import (
+    api_figures,
+    audit,
+    deliveries,
+    events,
+    history,
+    idempotency_keys,
+    meta,
+    objects,
+    server_keys,
+    tokens,
+)
 
 _EVENT_COLUMNS = [
     events.c[name] for name in ("revision", "op", "kind", "project", "name", "trace_context", "created_at")
@@ -213,6 +225,46 @@ async def deliveries_of(conn: AsyncConnection, keys: Iterable[tuple[str, str, st
     return [Delivery(**row._mapping) for row in await conn.execute(statement)]
 
 
+async def upsert_figures(conn: AsyncConnection, reported: Iterable[ApiFigureRecord], at: datetime) -> None:
+    """Keep each cluster's newest figures of each API: a sample older than the one kept is ignored (a retried
+    report overtaken by a later one), and a sample whose counts went down counts as a reset."""
+    newest: dict[tuple[str, str, str], ApiFigureRecord] = {}
+    for figure in reported:
+        key = (figure.cluster, figure.project, figure.name)
+        if key not in newest or newest[key].sampled_at <= figure.sampled_at:
+            newest[key] = figure
+    if not newest:
+        return
+    rows = [{**asdict(figure), "resets": 0, "received_at": at} for figure in newest.values()]
+    statement = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(api_figures)
+    incoming = statement.excluded
+    went_down = or_(incoming.requests < api_figures.c.requests, incoming.errors < api_figures.c.errors)
+    statement = statement.on_conflict_do_update(
+        index_elements=[api_figures.c.cluster, api_figures.c.project, api_figures.c.name],
+        set_={
+            **{column: incoming[column] for column in ("requests", "errors", "by_class", "sampled_at", "received_at")},
+            "resets": case((went_down, api_figures.c.resets + 1), else_=api_figures.c.resets),
+        },
+        where=api_figures.c.sampled_at <= incoming.sampled_at,
+    )
+    await conn.execute(statement, rows)
+
+
+async def figures_of(
+    conn: AsyncConnection, project: str, name: str, clusters: Iterable[str] | None
+) -> list[ApiFigureRecord]:
+    """The figures every cluster (or each of `clusters`) last reported of one API."""
+    statement = select(*(api_figures.c[f] for f in _FIGURE_FIELDS)).where(
+        api_figures.c.project == project, api_figures.c.name == name
+    )
+    if clusters is not None:
+        statement = statement.where(api_figures.c.cluster.in_(list(clusters)))
+    return [ApiFigureRecord(**row._mapping) for row in await conn.execute(statement.order_by(api_figures.c.cluster))]
+
+
+_FIGURE_FIELDS = tuple(f.name for f in fields(ApiFigureRecord))
+
+
 async def drop_deliveries(conn: AsyncConnection, kind: str, project: str, name: str) -> None:
     await conn.execute(
         delete(deliveries).where(deliveries.c.kind == kind, deliveries.c.project == project, deliveries.c.name == name)
@@ -246,3 +298,135 @@ async def load_server_key(conn: AsyncConnection, name: str) -> bytes | None:
 
 async def insert_server_key(conn: AsyncConnection, name: str, key: bytes, at: datetime) -> None:
     await conn.execute(insert(server_keys).values(name=name, key=key, created_at=at))
+
+
+CONTENT_OPS = frozenset({"create", "update", "delete"})
+"""The changes history and audit keep: status writes are the system's account of an object, not a version."""
+
+
+async def append_history_and_audit(
+    conn: AsyncConnection, written: Iterable[tuple[Change, Actor]], at: datetime
+) -> None:
+    """A history row (the version) and an audit row (who, from where) per change of content, at its revision."""
+    versions: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    for change, actor in written:
+        if change.op not in CONTENT_OPS:
+            continue
+        obj = change.obj
+        key = {"kind": obj.kind, "project": obj.project, "name": obj.name, "revision": obj.revision}
+        versions.append(
+            {
+                **key,
+                "op": change.op,
+                "uid": obj.uid,
+                "generation": obj.generation,
+                "origin": obj.origin,
+                "labels": obj.labels,
+                "annotations": obj.annotations,
+                "spec": obj.spec,
+                "deleted": obj.deleted,
+                "created_at": obj.created_at,
+                "at": at,
+                "who": actor.who,
+            }
+        )
+        entries.append(
+            {
+                **key,
+                "at": at,
+                "who": actor.who,
+                "address": actor.address,
+                "request_id": actor.request_id,
+                "trace_id": actor.trace_id,
+                "operation": change.op,
+                "generation": obj.generation,
+            }
+        )
+    if versions:
+        await conn.execute(insert(history), versions)
+        await conn.execute(insert(audit), entries)
+
+
+def _history_entry(row: Any) -> HistoryEntry:
+    obj = StoredObject(
+        kind=row.kind,
+        project=row.project,
+        name=row.name,
+        uid=row.uid,
+        revision=row.revision,
+        generation=row.generation,
+        origin=row.origin,
+        labels=row.labels,
+        annotations=row.annotations,
+        spec=row.spec,
+        status={},
+        created_at=row.created_at,
+        updated_at=row.at,
+        deleted=row.deleted,
+    )
+    return HistoryEntry(row.revision, row.op, row.generation, row.at, row.who, obj)
+
+
+def _of_object(kind: str, project: str, name: str) -> Any:
+    return and_(history.c.kind == kind, history.c.project == project, history.c.name == name)
+
+
+async def load_history(
+    conn: AsyncConnection,
+    kind: str,
+    project: str,
+    name: str,
+    limit: int | None,
+    revision: int | None = None,
+    up_to: int | None = None,
+) -> list[HistoryEntry]:
+    """The kept versions of one object, newest first; only the one of `revision` when given, only those at or
+    before `up_to` when given."""
+    statement = select(history).where(_of_object(kind, project, name))
+    if revision is not None:
+        statement = statement.where(history.c.revision == revision)
+    if up_to is not None:
+        statement = statement.where(history.c.revision <= up_to)
+    statement = statement.order_by(history.c.revision.desc()).limit(limit)
+    return [_history_entry(row) for row in await conn.execute(statement)]
+
+
+async def load_audit(
+    conn: AsyncConnection,
+    *,
+    since: datetime | None,
+    project: str | None,
+    kind: str | None,
+    who: str | None,
+    limit: int,
+    before: int | None,
+    name: str | None = None,
+) -> list[AuditEntry]:
+    """Audit entries newest first, matching every filter given; `before`: only revisions below it (paging)."""
+    statement = select(audit)
+    filters = ((audit.c.project, project), (audit.c.kind, kind), (audit.c.who, who), (audit.c.name, name))
+    for column, value in filters:
+        if value is not None:
+            statement = statement.where(column == value)
+    if since is not None:
+        statement = statement.where(audit.c.at >= since)
+    if before is not None:
+        statement = statement.where(audit.c.revision < before)
+    statement = statement.order_by(audit.c.revision.desc()).limit(limit)
+    return [AuditEntry(**row._mapping) for row in await conn.execute(statement)]
+
+
+async def prune_history(conn: AsyncConnection, keep: int) -> int:
+    """Drop all but the newest `keep` versions of each object; the number of rows removed."""
+    rank = func.row_number().over(
+        partition_by=(history.c.kind, history.c.project, history.c.name), order_by=history.c.revision.desc()
+    )
+    key = tuple_(history.c.kind, history.c.project, history.c.name, history.c.revision)
+    ranked = select(*key.clauses, rank.label("rank")).subquery()
+    doomed = select(ranked.c.kind, ranked.c.project, ranked.c.name, ranked.c.revision).where(ranked.c.rank > keep)
+    return (await conn.execute(delete(history).where(key.in_(doomed)))).rowcount
+
+
+async def prune_audit(conn: AsyncConnection, before: datetime) -> int:
+    return (await conn.execute(delete(audit).where(audit.c.at < before))).rowcount

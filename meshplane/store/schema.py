@@ -128,10 +128,66 @@ tokens = Table(
     CheckConstraint("role IN ('admin', 'publisher', 'subscriber', 'viewer')", name="ck_tokens_role"),
 )
 
+api_figures = Table(
+    "api_figures",
+    metadata,
+    Column("cluster", Key, nullable=False),
+    Column("project", Key, nullable=False),
+    Column("name", Key, nullable=False),
+    Column("requests", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("by_class", Json, nullable=False),
+    Column("resets", Integer, nullable=False),
+    Column("sampled_at", UTCDateTime, nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("cluster", "project", "name", name="pk_api_figures"),
+    Index("ix_api_figures_api", "project", "name"),
+)
+
 server_keys = Table(
     "server_keys",
     metadata,
     Column("name", Key, primary_key=True),
     Column("key", LargeBinary, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+history = Table(
+    "history",
+    metadata,
+    Column("kind", Key, nullable=False),
+    Column("project", Key, nullable=False),
+    Column("name", Key, nullable=False),
+    Column("revision", Revision, nullable=False),
+    Column("op", String, nullable=False),
+    Column("uid", String, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("origin", String, nullable=True),
+    Column("labels", Json, nullable=False),
+    Column("annotations", Json, nullable=False),
+    Column("spec", Json, nullable=False),
+    Column("deleted", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("who", String, nullable=False),
+    PrimaryKeyConstraint("kind", "project", "name", "revision", name="pk_history"),
+    CheckConstraint("op IN ('create', 'update', 'delete')", name="ck_history_op"),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("revision", Revision, primary_key=True, autoincrement=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("who", String, nullable=False),
+    Column("address", String, nullable=True),
+    Column("request_id", String, nullable=True),
+    Column("trace_id", String, nullable=True),
+    Column("kind", Key, nullable=False),
+    Column("project", Key, nullable=False),
+    Column("name", Key, nullable=False),
+    Column("operation", String, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Index("ix_audit_at", "at"),
+    CheckConstraint("operation IN ('create', 'update', 'delete')", name="ck_audit_operation"),
 )

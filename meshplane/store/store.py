@@ -25,14 +25,16 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from meshplane.audit import SYSTEM, Actor, current_actor
+from meshplane.lifecycle import wait_at_most
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
 from meshplane.store import migrate, queries
-from meshplane.store.batch import Change, Decided, Fence, WriteBatch
+from meshplane.store.batch import Change, Companion, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken, OwnedElsewhere
-from meshplane.store.records import Delivery, Event, TokenRecord
+from meshplane.store.records import ApiFigureRecord, AuditEntry, Delivery, Event, HistoryEntry, TokenRecord
 
 Within = ObjectKey | tuple[ObjectKey, ...] | None
 """What must be live when a write commits: one object's key, or several."""
@@ -75,6 +77,7 @@ class _Report:
     deliveries: builtins.list[Delivery]
     key: str | None
     done: asyncio.Future[bool]
+    figures: builtins.list[ApiFigureRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class _Pending(Generic[_R]):
     decision: Callable[[WriteBatch], _R]
     done: asyncio.Future[Decided[_R]]
     fence: Fence | None
+    actor: Actor
+    """Whom the writer acted for, read in its own task: history and audit keep it with each change."""
 
 
 class Store:
@@ -170,11 +175,13 @@ class Store:
         trace_context: dict | None = None,
         within: Within = None,
         fence: Fence | None = None,
+        companion: Companion | None = None,
     ) -> StoredObject:
         """A new object; a tombstone under the same name is revived as a new object (new uid, generation 1).
         `within`: an object (or several) that must be live when the write commits (NotFound of the first one
         that is not otherwise), such as the project the new object belongs to. `fence`: Overtaken if an
-        object it names was written since the caller's checks (see Fence)."""
+        object it names was written since the caller's checks (see Fence). `companion`: changes to commit with
+        it, ahead of it (see Companion)."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
         def decide(batch: WriteBatch) -> StoredObject:
@@ -183,10 +190,12 @@ class Store:
             current = batch.current(kind, project, name)
             if current is not None and not current.deleted:
                 raise AlreadyExists(kind, project, name)
+            if companion is not None:
+                companion.record(batch, current)
             obj = batch.born(kind, project, name, spec, labels, annotations, origin)
             return batch.record(obj, "create", trace_context)
 
-        return await self._write_object(kind, project, name, decide, within, fence)
+        return await self._write_object(kind, project, name, decide, within, fence, companion)
 
     @_timed
     async def put(
@@ -204,10 +213,11 @@ class Store:
         trace_context: dict | None = None,
         within: Within = None,
         fence: Fence | None = None,
+        companion: Companion | None = None,
     ) -> tuple[StoredObject, bool]:
         """Create or replace; (object, created). Unchanged content is a no-op: no revision, no event. An object
-        of another `origin` is replaced only when told to `take_over` (OwnedElsewhere otherwise). `within`
-        and `fence`: as for `create`."""
+        of another `origin` is replaced only when told to `take_over` (OwnedElsewhere otherwise). `within`,
+        `fence` and `companion`: as for `create`."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
         def decide(batch: WriteBatch) -> tuple[StoredObject, bool]:
@@ -217,6 +227,8 @@ class Store:
             if current is None or current.deleted:
                 if expected_revision is not None:
                     raise NotFound(kind, project, name)
+                if companion is not None:
+                    companion.record(batch, current)
                 obj = batch.born(kind, project, name, spec, labels, annotations, origin)
                 return batch.record(obj, "create", trace_context), True
             _check_expected(current, expected_revision)
@@ -225,6 +237,8 @@ class Store:
             unchanged = (current.spec, current.labels, current.annotations, current.origin)
             if (spec, labels, annotations, origin) == unchanged:
                 return current, False
+            if companion is not None:
+                companion.record(batch, current)
             obj = batch.changed_from(
                 current,
                 spec=spec,
@@ -235,7 +249,7 @@ class Store:
             )
             return batch.record(obj, "update", trace_context), False
 
-        return await self._write_object(kind, project, name, decide, within, fence)
+        return await self._write_object(kind, project, name, decide, within, fence, companion)
 
     @_timed
     async def delete(
@@ -258,6 +272,13 @@ class Store:
             return batch.record(batch.changed_from(current, deleted=True), "delete", trace_context)
 
         return await self._write_object(kind, project, name, decide, fence=fence)
+
+    @_timed
+    async def transact(self, keys: builtins.list[ObjectKey], decision: Callable[[WriteBatch], _R]) -> _R:
+        """Run `decision` on the objects named by `keys` and commit what it records, in the order it records it:
+        for writes of several objects whose order readers depend on (see `server.rollouts`)."""
+        result, _ = await self._write(keys, decision)
+        return result
 
     @_timed
     async def set_status(self, kind: str, project: str, name: str, status: dict) -> StoredObject:
@@ -313,6 +334,16 @@ class Store:
         return removed
 
     @_timed
+    async def prune_history(self, keep: int, audit_before: datetime) -> int:
+        """Keep the newest `keep` versions of each object (0: all of them) and the audit entries from
+        `audit_before` on; the number of rows removed. An object's newest version is always kept."""
+        async with self._exclusive() as conn:
+            removed = await queries.prune_history(conn, keep) if keep > 0 else 0
+            removed += await queries.prune_audit(conn, audit_before)
+            await conn.commit()
+        return removed
+
+    @_timed
     async def record_deliveries(self, deliveries: Iterable[Delivery], idempotency_key: str | None = None) -> bool:
         """Keep what clusters reported, in one transaction with its idempotency key.
 
@@ -320,8 +351,35 @@ class Store:
         objects and take no revision: status roll-up folds them into objects' status. Reports arriving
         together (a thousand agents answering one change) are written together, in one transaction.
         """
+        return await self._queue_report(list(deliveries), idempotency_key)
+
+    @_timed
+    async def record_figures(self, cluster: str, figures: Iterable[ApiFigureRecord]) -> None:
+        """Keep a cluster's newest per-API figures (see `ApiFigureRecord`), written with the reports arriving
+        together with them in one transaction. ValueError for a figure of another cluster."""
+        reported = list(figures)
+        if any(figure.cluster != cluster for figure in reported):
+            raise ValueError(f"figures of another cluster in a report of cluster {cluster!r}")
+        await self._queue_report([], None, reported)
+
+    @_timed
+    async def figures_of(
+        self, project: str, name: str, clusters: Iterable[str] | None = None
+    ) -> dict[str, ApiFigureRecord]:
+        """The figures each cluster (every one, or those of `clusters`) last reported of an API, by cluster."""
+        async with self._reading() as conn:
+            found = await queries.figures_of(conn, project, name, clusters)
+        return {figure.cluster: figure for figure in found}
+
+    async def _queue_report(
+        self,
+        deliveries: builtins.list[Delivery],
+        key: str | None,
+        figures: builtins.list[ApiFigureRecord] | None = None,
+    ) -> bool:
+        """Until the report is written with those waiting beside it; False when its key was seen before."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._reports.append(_Report(list(deliveries), idempotency_key, done))
+        self._reports.append(_Report(deliveries, key, done, figures or []))
         if self._reporting is None or self._reporting.done():
             self._reporting = asyncio.create_task(self._write_reports(), name="store-reports")
         return await asyncio.shield(done)
@@ -332,8 +390,9 @@ class Store:
             await _together_or_alone(batch, self._write_report_batch)
 
     async def _write_report_batch(self, batch: builtins.list[_Report]) -> None:
+        now = datetime.now(UTC)
         async with self._exclusive() as conn:
-            fresh = await queries.claim_keys(conn, (r.key for r in batch if r.key is not None), datetime.now(UTC))
+            fresh = await queries.claim_keys(conn, (r.key for r in batch if r.key is not None), now)
             accepted = []
             for report in batch:
                 first = report.key is None or report.key in fresh
@@ -341,6 +400,7 @@ class Store:
                     fresh.discard(report.key)  # a key twice in one batch: its first report only
                 accepted.append((report, first))
             await queries.upsert_deliveries(conn, (d for report, first in accepted if first for d in report.deliveries))
+            await queries.upsert_figures(conn, (f for report, first in accepted if first for f in report.figures), now)
             await conn.commit()
         for report, first in accepted:
             if not report.done.done():
@@ -497,6 +557,48 @@ class Store:
         return events, _live_by_key(named)
 
     @_timed
+    async def history(
+        self, kind: str, project: str, name: str, *, limit: int | None = None
+    ) -> builtins.list[HistoryEntry]:
+        """The kept versions of an object, newest first, those of a deleted object included."""
+        async with self._reading() as conn:
+            return await queries.load_history(conn, kind, project, name, limit)
+
+    @_timed
+    async def version_at(self, kind: str, project: str, name: str, revision: int) -> StoredObject | None:
+        """The object as the change at `revision` wrote it; None when no kept version of it has that revision."""
+        async with self._reading() as conn:
+            found = await queries.load_history(conn, kind, project, name, 1, revision)
+        return found[0].obj if found else None
+
+    @_timed
+    async def version_in_force(self, kind: str, project: str, name: str, revision: int) -> StoredObject | None:
+        """The object as it stood at `revision` (the newest kept version at or before it, whatever status writes
+        came after); None when it did not exist then or that version is no longer kept."""
+        async with self._reading() as conn:
+            found = await queries.load_history(conn, kind, project, name, 1, up_to=revision)
+        return found[0].obj if found and not found[0].obj.deleted else None
+
+    @_timed
+    async def audit(
+        self,
+        *,
+        since: datetime | None = None,
+        project: str | None = None,
+        kind: str | None = None,
+        who: str | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        name: str | None = None,
+    ) -> builtins.list[AuditEntry]:
+        """Audit entries newest first, matching every filter given; `after`: the revision of the last entry of
+        the previous page (the next page holds older ones)."""
+        async with self._reading() as conn:
+            return await queries.load_audit(
+                conn, since=since, project=project, kind=kind, who=who, limit=limit, before=after, name=name
+            )
+
+    @_timed
     async def last_revision_before(self, at: datetime) -> int | None:
         async with self._reading() as conn:
             return await queries.last_revision_before(conn, at)
@@ -524,8 +626,7 @@ class Store:
             remaining = deadline - loop.time()
             if revision > after or remaining <= 0:
                 return revision
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(written.wait(), min(_POLL_INTERVAL, remaining))
+            await wait_at_most(min(_POLL_INTERVAL, remaining), written.wait())
 
     # -- transactions --------------------------------------------------------------------------------------
 
@@ -543,13 +644,14 @@ class Store:
         decision: Callable[[WriteBatch], _R],
         within: Within = None,
         fence: Fence | None = None,
+        companion: Companion | None = None,
     ) -> _R:
         """`_write` of one object's content, in a span (the child of the write that asked for it)."""
         attributes = {"db.system.name": self.dialect, "meshplane.kind": kind, "meshplane.name": name}
         if project:
             attributes["meshplane.project"] = project
         with tracer().start_as_current_span("meshplane.store.transaction", attributes=attributes) as span:
-            keys = [(kind, project, name), *_within_keys(within)]
+            keys = [(kind, project, name), *_within_keys(within), *(companion.keys if companion else ())]
             result, changes = await self._write(keys, decision, fence)
             span.set_attribute("meshplane.changed", bool(changes))
             if changes:
@@ -563,7 +665,7 @@ class Store:
         what it returned and the changes it recorded, once they are committed (or the error it raised, which
         commits nothing of it)."""
         done: asyncio.Future[Decided[_R]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(keys, decision, done, fence))
+        self._pending.append(_Pending(keys, decision, done, fence, current_actor() or Actor(SYSTEM)))
         if self._committing is None or self._committing.done():
             self._committing = asyncio.create_task(self._commit_pending(), name="store-writes")
         decided = await asyncio.shield(done)
@@ -601,6 +703,8 @@ class Store:
                 await queries.insert_objects(conn, fresh)
                 await queries.rewrite(conn, existing)
                 await queries.append_events(conn, batch.changes, batch.now)
+                written = [(c, p.actor) for p, outcome in zip(group, decided, strict=True) for c in outcome.changes]
+                await queries.append_history_and_audit(conn, written, batch.now)
                 await queries.next_revision(conn, len(batch.changes))
                 if self.dialect == "postgresql":
                     # Delivered at commit: other replicas' waits wake without polling.

@@ -10,7 +10,7 @@ from opentelemetry.trace import Span
 from meshplane.xds.acked import AckedVersions
 from meshplane.xds.push_trace import encode_traced, end_pushes
 from meshplane.xds.resource import VersionedResource
-from meshplane.xds.session import Session
+from meshplane.xds.session import Session, blamed
 
 # Responses a client may leave unanswered per type before the oldest is forgotten.
 _MAX_UNSETTLED = 64
@@ -58,6 +58,10 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             stream = _TypeStream(dict(request.initial_resource_versions), legacy)
             held = frozenset(stream.sent)
             self.track(url, stream)
+            if held:
+                # What a client declares it holds, it accepted on an earlier stream; nothing may be sent for it
+                # on this one (it is current), so no ACK would ever say so.
+                await self.acked(url, stream.acked)
         else:
             if request.response_nonce:
                 await self._settle(url, stream, request)
@@ -155,8 +159,9 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             return
         if request.HasField("error_detail"):
             end_pushes(settled.spans, request.error_detail.message)
-            stream.rejected.update(settled.versions)
-            await self.nacked(url, settled.versions, request.error_detail.message)
+            rejected = blamed(settled.versions, stream.acked)
+            stream.rejected.update(rejected)
+            await self.nacked(url, rejected, request.error_detail.message)
             return
         end_pushes(settled.spans)
         for name, version in settled.versions.items():

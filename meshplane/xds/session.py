@@ -25,6 +25,16 @@ State = TypeVar("State")
 TypeRank = Callable[[str], tuple[int, str]]
 
 
+def blamed(sent: Mapping[str, str], held: Mapping[str, str]) -> dict[str, str]:
+    """The versions a NACK of a response carrying `sent` is about, the client holding `held` (what it
+    ACKed). A resource sent again at the version the client holds (its unchanged neighbours in a SotW
+    set, one a delta client resubscribed to) is not what it refused: blamed too, that good version, and
+    every later configuration keeping it, would count as rejected. Only when nothing sent is new to the
+    client is all of it blamed."""
+    new = {name: version for name, version in sent.items() if held.get(name) != version}
+    return new or dict(sent)
+
+
 @dataclass(frozen=True, slots=True)
 class _Meters:
     """The labelled metrics of one (server, type): found once, not at every push of every stream."""

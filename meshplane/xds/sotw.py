@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from envoy.service.discovery.v3 import discovery_pb2
 
 from meshplane.xds.resource import VersionedResource
-from meshplane.xds.session import Session
+from meshplane.xds.session import Session, blamed
 
 
 class _Versions(Mapping[str, str]):
@@ -31,7 +31,7 @@ class _Versions(Mapping[str, str]):
 class _TypeStream:
     """One type on one SotW stream. ``names`` None means wildcard."""
 
-    __slots__ = ("explicit", "names", "nonce", "seen", "sent", "sent_names", "sent_version", "settled")
+    __slots__ = ("acked", "explicit", "names", "nonce", "seen", "sent", "sent_names", "sent_version", "settled")
 
     def __init__(self) -> None:
         self.explicit = False  # once names were requested, an empty list means "none", not wildcard
@@ -39,6 +39,8 @@ class _TypeStream:
         self.nonce = ""
         self.settled = True  # the client has ACKed or NACKed the latest response already
         self.sent: Mapping[str, str] = {}
+        self.acked: Mapping[str, str] = {}
+        """What the client holds: the set of the last response it ACKed (on this stream)."""
         self.sent_names: frozenset[str] | None = None
         # A NACKed version stays here too, so it is not sent again until the cache moves on.
         self.sent_version: str | None = None
@@ -61,8 +63,9 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
             if not stream.settled:  # later requests may repeat the nonce just to change names
                 stream.settled = True
                 if request.HasField("error_detail"):
-                    await self.nacked(url, stream.sent, request.error_detail.message)
+                    await self.nacked(url, blamed(stream.sent, stream.acked), request.error_detail.message)
                 else:
+                    stream.acked = stream.sent
                     await self.acked(url, stream.sent)
         names = frozenset(request.resource_names)
         before = stream.names

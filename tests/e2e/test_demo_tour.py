@@ -150,3 +150,13 @@ def test_the_readme_https_tour_runs_as_written_against_the_demo(demo: tuple[Path
     assert [next((s.starts for s in STEPS if c.startswith(s.starts)), c) for c in commands] == [s.starts for s in STEPS]
     for step, command in zip(STEPS, commands, strict=True):
         step.shows(run_step(step, command, here, env))
+
+
+def test_the_demo_prints_the_consoles_address_and_the_console_is_served_there(
+    demo: tuple[Path, dict[str, str]],
+) -> None:
+    here, _ = demo
+    printed = re.search(r"^\s+console\s+(http://\S+/ui/)\s", (here / "demo.log").read_text(), flags=re.MULTILINE)
+    assert printed is not None, "the demo printed no console line"
+    done = run(f"curl -s {printed.group(1)}", here, {**os.environ})
+    assert done.returncode == 0 and "<title>meshplane</title>" in done.stdout, (done.returncode, done.stdout)

@@ -14,7 +14,9 @@ import pytest
 
 from meshplane_testing.faults import kill_rounds
 
-ROUNDS = {"sqlite": 20, "postgresql": 5}  # PostgreSQL restarts take longer; bench/kill_rounds.py --postgres runs more
+ROUNDS = {"sqlite": 8, "postgresql": 5}
+"""Rounds per store, each about 4-7 s on two loaded cores (well inside the timeout); `bench/kill_rounds.py`
+runs many more (`--rounds 100`, `--postgres`)."""
 
 
 @pytest.mark.timeout(150)

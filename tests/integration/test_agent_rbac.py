@@ -131,12 +131,40 @@ def test_the_agent_does_its_work_as_its_service_account_without_a_403(
         {"verb": "create", "group": "rbac.authorization.k8s.io", "resource": "clusterrolebindings"},
         {"verb": "update", "group": "apiextensions.k8s.io", "resource": "customresourcedefinitions"},
         {"verb": "create", "resource": "services", "namespace": "default"},
+        {"verb": "patch", "group": "gateway.networking.k8s.io", "resource": "httproutes", "namespace": "default"},
+        {"verb": "update", "group": "gateway.networking.k8s.io", "resource": "gateways", "subresource": "status"},
+        {"verb": "delete", "group": "gateway.networking.k8s.io", "resource": "gateways", "namespace": "default"},
+        {"verb": "create", "group": "gateway.networking.k8s.io", "resource": "gatewayclasses"},
+        {"verb": "patch", "group": "gateway.networking.k8s.io", "resource": "referencegrants", "subresource": "status"},
+        {"verb": "patch", "group": "discovery.k8s.io", "resource": "endpointslices", "namespace": "default"},
     ],
 )
 def test_the_agent_s_service_account_cannot_do_what_the_agent_never_does(
     kube_apiserver: KubeAPIServer, attributes: dict[str, str]
 ) -> None:
     assert not allowed(kube_apiserver, agent_token(kube_apiserver), **attributes)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        *(
+            {"verb": verb, "group": "gateway.networking.k8s.io", "resource": plural}
+            for plural in ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants")
+            for verb in ("get", "list", "watch")
+        ),
+        *(
+            {"verb": "patch", "group": "gateway.networking.k8s.io", "resource": plural, "subresource": "status"}
+            for plural in ("gatewayclasses", "gateways", "httproutes", "grpcroutes")
+        ),
+        {"verb": "watch", "resource": "namespaces"},
+        {"verb": "watch", "group": "discovery.k8s.io", "resource": "endpointslices"},
+    ],
+)
+def test_the_agent_s_service_account_may_serve_the_gateway_api(
+    kube_apiserver: KubeAPIServer, attributes: dict[str, str]
+) -> None:
+    assert allowed(kube_apiserver, agent_token(kube_apiserver), **attributes)
 
 
 async def test_in_a_pod_the_agent_s_client_is_its_service_account(

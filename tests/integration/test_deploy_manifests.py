@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 
 from meshplane.config import AgentSettings, ServerSettings
 from meshplane_testing.kube import FIELD_MANAGER, KubeAPIServer
-from meshplane_testing.manifests import RESOURCES, documents
+from meshplane_testing.manifests import AGENT_GATEWAY_API_PERMISSIONS, RESOURCES, documents, granted
 
 DIRECTORIES = ("crds", "server", "agent")
 DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
@@ -30,23 +29,6 @@ API_VERSIONS = {
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
     "CustomResourceDefinition": "apiextensions.k8s.io/v1",
-}
-
-APPLIED = {"list", "create", "patch", "delete"}  # server-side apply, and garbage collection by label
-AGENT_PERMISSIONS: dict[tuple[str, str], set[str]] = {
-    ("meshplane.io", "apis"): APPLIED | {"watch"},
-    ("meshplane.io", "apis/status"): {"patch"},
-    **{
-        ("networking.istio.io", plural): APPLIED
-        for plural in ("serviceentries", "virtualservices", "destinationrules", "gateways", "sidecars")
-    },
-    **{
-        ("security.istio.io", plural): APPLIED
-        for plural in ("authorizationpolicies", "peerauthentications", "requestauthentications")
-    },
-    ("externaldns.k8s.io", "dnsendpoints"): APPLIED,
-    ("", "namespaces"): {"create"},
-    ("", "services"): {"list", "watch"},
 }
 
 
@@ -227,14 +209,7 @@ def test_the_agents_admin_listens_on_loopback_and_only_xds_clients_reach_its_xds
 
 def test_the_agent_cluster_role_grants_exactly_what_the_agent_uses() -> None:
     role = find("agent", "ClusterRole", "meshplane-agent")
-    granted: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for rule in role["rules"]:
-        assert set(rule) <= {"apiGroups", "resources", "verbs"}, f"unexpected rule fields: {rule}"
-        assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"]
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                granted[(group, resource)] |= set(rule["verbs"])
-    assert dict(granted) == AGENT_PERMISSIONS
+    assert granted(role) == AGENT_GATEWAY_API_PERMISSIONS  # deploy/agent-values.yaml: Gateway API on
 
     binding = find("agent", "ClusterRoleBinding", "meshplane-agent")
     assert binding["roleRef"] == {

@@ -107,6 +107,12 @@ INVALID_CHANGES = [
     pytest.param(["spec", "backends", 0, "protocol"], "ftp", "spec.backends[0].protocol", id="unknown-protocol"),
     pytest.param(["spec", "backends", 0, "retries", "attempts"], 0, "spec.backends[0].retries.attempts", id="no-tries"),
     pytest.param(["spec", "backends"], [], "spec.backends", id="no-backends"),
+    pytest.param(
+        ["spec", "targetRefs"],
+        [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders"}],
+        "spec.basePath",
+        id="attached-with-a-base-path",
+    ),
     pytest.param(["spec", "operations", 0, "method"], "FETCH", "spec.operations[0].method", id="unknown-method"),
     pytest.param(["spec", "version"], "", "spec.version", id="empty-version"),
     pytest.param(["spec", "cross"], {"allowOrigins": ["*"]}, 'unknown field "spec.cross"', id="unknown-field"),
@@ -118,6 +124,21 @@ INVALID_CHANGES = [
         id="unknown-selector-operator",
     ),
 ]
+
+
+def test_an_api_attached_to_routes_is_accepted_without_traffic_of_its_own(
+    kube_apiserver: KubeAPIServer, namespace: str
+):
+    target = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "orders"}
+    resource = api_resource("attached", namespace)
+    resource["spec"] = {"targetRefs": [target], "authentication": {"apiKey": {}}}
+    parse_with_model(resource)
+
+    with kube_apiserver.client() as client:
+        response = client.post(api_path(namespace), params=STRICT, json=resource)
+
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["targetRefs"] == [target]
 
 
 @pytest.mark.parametrize(("where", "value", "reported"), INVALID_CHANGES)

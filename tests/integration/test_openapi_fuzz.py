@@ -28,7 +28,7 @@ from meshplane_testing.meshplane import ServerProcess, run_server
 pytestmark = pytest.mark.timeout(90)
 
 TAGS = sorted(
-    {info.kind for info in REGISTRY if info.exposed} | {"Health", "Tokens", "Cluster", "Credentials", "Watch"}
+    {info.kind for info in REGISTRY if info.exposed} | {"Health", "Tokens", "Cluster", "Credentials", "Watch", "Audit"}
 )
 """The tags the operations are grouped by, one test each: the kinds' routes and the other routers'."""
 EXAMPLES = settings(

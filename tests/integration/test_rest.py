@@ -113,6 +113,29 @@ async def test_merge_patch_null_removes_a_label(client: httpx.AsyncClient) -> No
     assert response.json()["metadata"]["labels"] == {"team": "checkout"}
 
 
+async def test_a_patch_naming_no_revision_is_not_refused_for_a_status_written_during_it(
+    client: httpx.AsyncClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await client.put(f"{APIS}/orders", json=api("orders", project="shop"))
+    read = store.get
+    interleaved: list[int] = []
+
+    async def read_then_status(kind: str, project: str, name: str) -> Any:
+        found = await read(kind, project, name)
+        if kind == "API" and not interleaved:
+            interleaved.append((await store.merge_status(kind, project, name, {"phase": "Seen"})).revision)
+        return found
+
+    monkeypatch.setattr(store, "get", read_then_status)
+
+    response = await client.patch(f"{APIS}/orders", json={"metadata": {"labels": {"tier": "gold"}}})
+
+    assert interleaved, "no status was written between the patch's read and its write"
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["labels"] == {"tier": "gold"}
+    assert response.json()["status"]["phase"] == "Seen"
+
+
 @pytest.mark.parametrize("patch", [{"metadata": None}, {"metadata": 5}, {"metadata": {"resourceVersion": 3}}])
 async def test_merge_patch_that_breaks_metadata_is_refused_with_422(
     client: httpx.AsyncClient, patch: dict[str, Any]

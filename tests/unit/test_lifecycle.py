@@ -15,7 +15,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from meshplane.config import RetryPolicy
-from meshplane.lifecycle import Backoff, HttpServer, ListenError, Supervisor, TaskFailed, retry_forever
+from meshplane.lifecycle import Backoff, HttpServer, ListenError, Supervisor, TaskFailed, retry_forever, wait_at_most
 from meshplane_testing.process import free_port, port_open
 
 FAST = Backoff(initial=0.01, cap=0.04)
@@ -215,3 +215,33 @@ async def test_the_http_server_on_a_taken_port_raises_a_clear_error_and_the_proc
             async with asyncio.timeout(5), Supervisor("test") as tasks:
                 tasks.start("test-api", HttpServer(hello_app(), address, what="test API").serve, on_failure="exit")
                 await asyncio.Event().wait()
+
+
+async def test_waiting_at_most_gives_what_came_or_none_once_the_time_is_up() -> None:
+    ready = asyncio.Event()
+    assert await wait_at_most(0.01, ready.wait()) is None
+    ready.set()
+    assert await wait_at_most(1, ready.wait()) is True
+
+
+async def test_a_cancel_that_comes_as_the_wait_ends_is_never_lost() -> None:
+    """The loop of a task that waits for a wake-up or a timeout must end when the task is cancelled, even when
+    the wake-up came in the same turn of the event loop: a lost cancel leaves its process unable to stop."""
+    wake = asyncio.Event()
+    rounds = 0
+
+    async def loop() -> None:
+        nonlocal rounds
+        while True:
+            rounds += 1
+            await wait_at_most(30, wake.wait())
+            wake.clear()
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    wake.set()
+    await asyncio.sleep(0)  # what waits for the event has run; the waiter has not been told yet
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(asyncio.shield(task), 1)
+    assert task.cancelled(), f"the loop went on after its cancel (round {rounds})"

@@ -27,6 +27,7 @@ PURE_CORES = (
     "meshplane.server.render.cluster",
     "meshplane.server.render.offline",
     "meshplane.agent.translate",
+    "meshplane.gatewayapi.program",
     "meshplane.model.stored",
 )
 RENDER_WITH_THE_CLI = """

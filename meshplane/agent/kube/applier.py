@@ -11,7 +11,6 @@ catches anything else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from meshplane.agent.kube.desired import (
     ObjectKey,
     delivered_version,
 )
-from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, retry_forever
+from meshplane.lifecycle import DEFAULT_BACKOFF, Backoff, retry_forever, wait_at_most
 from meshplane.model.manifests import MANIFEST_TYPE
 from meshplane.observability.logging import get_logger
 from meshplane.proto.v1 import control_plane_pb2
@@ -89,8 +88,7 @@ class KubeApplier:
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.resync_interval)
+            await wait_at_most(self.resync_interval, self._wake.wait())
             await retry_forever(
                 self._pass, what="reconcile pass", backoff=self.backoff, expected=(PassIncomplete,), logger=log
             )

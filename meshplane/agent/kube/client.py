@@ -245,14 +245,23 @@ class KubeClient:
             raise KubeUnavailable(f"watch {path}: {exc!r}") from None
 
     async def patch_status(
-        self, resource: ResourceType, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
-        """Merge `status` into an object's status subresource (its spec and metadata stay as they are)."""
+        """Merge `status` into an object's status subresource (its spec and metadata stay as they are); with
+        `resource_version`, only if the object is still at it (else KubeUnavailable 409)."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         response = await self._request(
             "PATCH",
             f"{resource.path(namespace, name)}/status",
             headers={"Content-Type": "application/merge-patch+json"},
-            json={"status": dict(status)},
+            json=body,
         )
         return response.json()
 

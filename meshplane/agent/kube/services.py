@@ -41,7 +41,11 @@ def local_service(cluster: str, obj: Mapping[str, Any], gateway: EastWestGateway
     load_balancer = [address for entry in balanced if (address := entry.get("ip") or entry.get("hostname"))]
     ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
     ports = [
-        {key: port[key] for key in ("name", "port", "protocol", "targetPort") if port.get(key) is not None}
+        {
+            key: port[key]
+            for key in ("name", "port", "protocol", "targetPort", "appProtocol")
+            if port.get(key) is not None
+        }
         for port in spec.get("ports") or []
     ]
     endpoint = ServiceEndpointSpec.model_validate(

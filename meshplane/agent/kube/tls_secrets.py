@@ -1,5 +1,7 @@
 """The kubernetes.io/tls Secrets the held TLSCertificates name (`secretRef`), read by name and read again
-every `interval`, so a Secret rotated in the cluster is served without a write to the control plane.
+every `interval`, so a Secret rotated in the cluster is served without a write to the control plane. While
+some wanted Secret gives no pair (not made yet, unreadable) they are read sooner, from half a second apart
+up to the interval, so a Secret made after the Gateway naming it is served within about a second.
 
 Only the Secrets named are read, never listed, and what they hold stays in memory. The agent's role grants
 no Secret: an operator grants `get` on the ones certificates may name (a Role in their namespace, with
@@ -10,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
+import binascii
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from cryptography import x509
+
 from meshplane.agent.kube.client import KubeClient, KubeRefused, KubeUnavailable, ResourceType
-from meshplane.lifecycle import describe
+from meshplane.lifecycle import Backoff, describe, wait_at_most
+from meshplane.model.gateways import check_private_key, key_matches
 from meshplane.observability.logging import get_logger
 
 log = get_logger("meshplane.agent.kube.tls_secrets")
@@ -33,12 +38,38 @@ class TLSPair:
     private_key: str
 
 
-def tls_pair(secret: dict) -> TLSPair | None:
-    """The PEM certificate chain and key of a kubernetes.io/tls Secret; None for another type or one incomplete."""
+class InvalidTLSSecret(ValueError):
+    """A Secret that holds no pair Envoy could serve; its message says why."""
+
+
+def tls_pair(secret: dict) -> TLSPair:
+    """The PEM certificate chain and key of a kubernetes.io/tls Secret, checked as Envoy would load them:
+    InvalidTLSSecret for another type, a key missing, PEM that does not parse, or a key not the leaf's."""
+    if secret.get("type") != TLS_TYPE:
+        raise InvalidTLSSecret(f"is of type {secret.get('type') or 'Opaque'}")
     data = secret.get("data") or {}
-    if secret.get("type") != TLS_TYPE or not data.get("tls.crt") or not data.get("tls.key"):
-        return None
-    return TLSPair(base64.b64decode(data["tls.crt"]).decode(), base64.b64decode(data["tls.key"]).decode())
+    certificate, private_key = _pem(data, "tls.crt"), _pem(data, "tls.key")
+    try:
+        if not x509.load_pem_x509_certificates(certificate.encode()):
+            raise ValueError
+    except ValueError:
+        raise InvalidTLSSecret("tls.crt is not a PEM certificate chain") from None
+    try:
+        check_private_key(private_key)
+    except ValueError:
+        raise InvalidTLSSecret("tls.key is not an unencrypted PEM private key") from None
+    if not key_matches(certificate, private_key):
+        raise InvalidTLSSecret("tls.key is not the key of the certificate in tls.crt")
+    return TLSPair(certificate, private_key)
+
+
+def _pem(data: dict, name: str) -> str:
+    if not data.get(name):
+        raise InvalidTLSSecret(f"has no {name}")
+    try:
+        return base64.b64decode(data[name], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise InvalidTLSSecret(f"{name} is not base64") from None
 
 
 class TLSSecretReader:
@@ -48,7 +79,7 @@ class TLSSecretReader:
         self.interval = interval
         self.pairs: dict[SecretKey, TLSPair] = {}
         self.problems: dict[SecretKey, str] = {}
-        """Why a named Secret gives no pair (missing, of another type, unreadable)."""
+        """Why a named Secret gives no pair (missing, invalid, unreadable)."""
         self._wanted: frozenset[SecretKey] = frozenset()
         self._asked = asyncio.Event()
 
@@ -60,12 +91,17 @@ class TLSSecretReader:
         self._wanted = keys
 
     async def run(self) -> None:
+        retries = Backoff(initial=min(0.5, self.interval), cap=self.interval).retries()
         while True:
             self._asked.clear()
             if await self.read():
                 await self.on_change()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._asked.wait(), self.interval)
+            if self.problems:
+                delay = retries.next_delay()
+            else:
+                retries.reset()
+                delay = self.interval
+            await wait_at_most(delay, self._asked.wait())
 
     async def read(self) -> bool:
         """Read every wanted Secret; whether what they hold changed."""
@@ -83,11 +119,13 @@ class TLSSecretReader:
                 else:
                     problems[key] = "could not be read"
                 continue
-            pair = tls_pair(secret) if secret is not None else None
-            if pair is not None:
-                pairs[key] = pair
-            else:
-                problems[key] = "is not there" if secret is None else f"is not a complete {TLS_TYPE} Secret"
+            if secret is None:
+                problems[key] = "is not there"
+                continue
+            try:
+                pairs[key] = tls_pair(secret)
+            except InvalidTLSSecret as invalid:
+                problems[key] = f"is not a valid {TLS_TYPE} Secret: {invalid}"
         changed = (pairs, problems) != (self.pairs, self.problems)
         self.pairs, self.problems = pairs, problems
         return changed

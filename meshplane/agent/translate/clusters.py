@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 
 from envoy.config.cluster.v3 import circuit_breaker_pb2, cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2, protocol_pb2
@@ -39,9 +40,7 @@ def backend_resources(
         cluster = inline_cluster(name, host, backend.port, http2=http2, connect_timeout=connect_timeout)
         _apply_backend_policy(cluster, backend, project, http2=http2)
         return cluster, None
-    cluster = _cluster(name, http2=http2, connect_timeout=connect_timeout)
-    cluster.type = cluster_pb2.Cluster.EDS
-    cluster.eds_cluster_config.eds_config.CopyFrom(ads_source())
+    cluster = eds_cluster(name, http2=http2, connect_timeout=connect_timeout)
     _apply_backend_policy(cluster, backend, project, http2=http2)
     return cluster, load_assignment(name, _unbracketed(host), backend.port)
 
@@ -173,16 +172,30 @@ def inline_cluster(
     return cluster
 
 
+def eds_cluster(name: str, *, http2: bool, connect_timeout: duration_pb2.Duration) -> cluster_pb2.Cluster:
+    """A cluster whose endpoints come over EDS on the ADS stream."""
+    cluster = _cluster(name, http2=http2, connect_timeout=connect_timeout)
+    cluster.type = cluster_pb2.Cluster.EDS
+    cluster.eds_cluster_config.eds_config.CopyFrom(ads_source())
+    return cluster
+
+
 def load_assignment(name: str, host: str, port: int) -> endpoint_pb2.ClusterLoadAssignment:
-    """One endpoint in one locality. The locality is explicit and weighted because gRPC's xDS client refuses
-    a locality that is absent and ignores one without a weight; Envoy ignores locality weights unless the
-    cluster asks for locality-weighted balancing, which ours do not."""
-    endpoint = endpoint_components_pb2.LbEndpoint(
-        endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
-    )
+    return endpoints_assignment(name, [(host, port)])
+
+
+def endpoints_assignment(name: str, endpoints: Sequence[tuple[str, int]]) -> endpoint_pb2.ClusterLoadAssignment:
+    """The endpoints (host, port) in one locality. The locality is explicit and weighted because gRPC's xDS
+    client refuses a locality that is absent and ignores one without a weight; Envoy ignores locality weights
+    unless the cluster asks for locality-weighted balancing, which ours do not."""
     locality = endpoint_components_pb2.LocalityLbEndpoints(
         locality=base_pb2.Locality(),
-        lb_endpoints=[endpoint],
+        lb_endpoints=[
+            endpoint_components_pb2.LbEndpoint(
+                endpoint=endpoint_components_pb2.Endpoint(address=socket_address(host, port))
+            )
+            for host, port in endpoints
+        ],
         load_balancing_weight=wrappers_pb2.UInt32Value(value=1),
     )
     return endpoint_pb2.ClusterLoadAssignment(cluster_name=name, endpoints=[locality])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from envoy.config.cluster.v3 import cluster_pb2
@@ -10,6 +11,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
+from google.protobuf.message import Message
 
 from meshplane.agent.translate.targets import BackendPolicy
 from meshplane.config import SYSTEM_CA_FILE
@@ -65,3 +67,8 @@ class EnvoyConfig:
     backends present: served over SDS only."""
     gateway_problems: dict[str, str] = field(default_factory=dict)
     """Gateways (`project/name`) with a part not served here (a certificate not held), each with why."""
+    api_problems: dict[str, str] = field(default_factory=dict)
+    """APIs (`project/name`) attached here to some of their routes only, each with which and why (see `attached`)."""
+    gateway_api: Mapping[str, Mapping[str, Message]] = field(default_factory=dict)
+    """The Gateway API core's resources (type URL -> name -> message), with the checks and limits of the APIs
+    attached to its routes (see `attached`): served beside the rest."""

@@ -12,6 +12,13 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
 from meshplane.agent.translate.access import AccessPlan
 from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.attached import (
+    Resources,
+    attachment_problems,
+    attachment_refusal,
+    served_routes,
+    with_attached_apis,
+)
 from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
 from meshplane.agent.translate.credentials import credential_secret
@@ -50,19 +57,29 @@ def refused_apis(
     settings: GatewaySettings,
     services: LocalServices | None = None,
     gateways: Iterable[Resource] = (),
+    gateway_api: Resources | None = None,
 ) -> dict[str, str]:
     """The APIs (`project/name`) this cluster will not serve, each with the reason (see `targets`; an API
-    naming only Gateways not among `gateways`, those held here, is not served either)."""
+    naming only Gateways not among `gateways`, those held here, is not served either, nor one attached to
+    routes none of which the Gateway API core's resources `gateway_api` serve: see `attached`)."""
     views = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
-    return _refusals(views, settings, held_gateways(gateways))
+    return _refusals(views, settings, held_gateways(gateways), served_routes(gateway_api or {}))
 
 
 def _refusals(
-    views: Iterable[Api], settings: GatewaySettings, gateways: AbstractSet[tuple[str, str]] = frozenset()
+    views: Iterable[Api],
+    settings: GatewaySettings,
+    gateways: AbstractSet[tuple[str, str]] = frozenset(),
+    routes: AbstractSet[tuple[str, str]] = frozenset(),
 ) -> dict[str, str]:
     refused = {}
     for api in views:
-        reason = api_refusal(api, settings.backends) or gateway_refusal(api, gateways) or mtls_refusal(api)
+        reason = (
+            api_refusal(api, settings.backends)
+            or gateway_refusal(api, gateways)
+            or mtls_refusal(api)
+            or attachment_refusal(api, routes)
+        )
         if reason is not None:
             refused[f"{api.project}/{api.name}"] = reason
     return refused
@@ -76,6 +93,7 @@ def translate_apis(
     services: LocalServices | None = None,
     gateways: Iterable[Resource] = (),
     certificates: Mapping[str, TLSCertificateSpec | str] | None = None,
+    gateway_api: Resources | None = None,
 ) -> EnvoyConfig:
     """The gateway's listener, route table, discovered filter configs, clusters and EDS endpoints for a set of
     validated API resources,
@@ -86,7 +104,9 @@ def translate_apis(
     `service_backends`). An API that would make the gateway reach what this cluster
     forbids (see `targets`) is left out, and named in `refused`: the others are served all the same.
     An API that names `gateways` is served on their listeners (see `gateways`, with `certificates` by
-    `project/name`: each spec, or why it is not available here) instead of the default one.
+    `project/name`: each spec, or why it is not available here) instead of the default one. An API with
+    `targetRefs` has no routes of its own: its checks and limits go on the routes of the Gateway API core's
+    resources `gateway_api` it targets (see `attached`), returned with them.
 
     The gateway's listener and route table are always there, so with no APIs the gateway still answers (404).
     The gateway's listener depends on `settings` alone: what changes with the catalog is in the route table and
@@ -95,8 +115,11 @@ def translate_apis(
     """
     gateways = list(gateways)
     resolved = [resolve_services(api, services, settings.cluster_domain) for api in api_views(apis)]
-    refused = _refusals(resolved, settings, held_gateways(gateways))
+    gateway_api = gateway_api or {}
+    served = served_routes(gateway_api)
+    refused = _refusals(resolved, settings, held_gateways(gateways), served)
     views = [api for api in resolved if f"{api.project}/{api.name}" not in refused]
+    attached = [api for api in views if api.spec.target_refs]
     if entitlements is None:
         entitlements, now = Entitlements(), 0.0  # no keys: no time to weigh them against
     elif now is None:
@@ -105,12 +128,20 @@ def translate_apis(
     limits = LimitPlan.of(views, settings, entitlements)
     shaping = ShapingPlan()
 
-    def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
-        name_route(api, op, route)
-        shaping.decorate(api, op, route)
+    def checks(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         access.decorate(api, op, route)
         if route.HasField("route"):
             limits.decorate(api, op, route.route)
+
+    def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        name_route(api, op, route)
+        shaping.decorate(api, op, route)
+        checks(api, op, route)
+
+    def attach(api: Api, route: route_components_pb2.Route) -> None:
+        """Logged and counted as the API's; the Gateway API route's own filters stand for its shaping."""
+        name_route(api, None, route)
+        checks(api, None, route)
 
     # The same for every gateway listener: from the settings alone (see `listener.connection_manager`).
     chain, local_reply = [*access.filters(), *limits.filters()], access.local_reply()
@@ -131,14 +162,15 @@ def translate_apis(
         return route_configuration(name, served, unverified, access.preflight_route)
 
     listeners = [listener_for(settings)]
-    routes = [routes_for(settings.route_config_name, [api for api in views if not api.spec.gateways])]
-    named = gateway_resources(gateways, certificates or {}, views, settings, listener_for, routes_for)
+    own = [api for api in views if not api.spec.target_refs]
+    routes = [routes_for(settings.route_config_name, [api for api in own if not api.spec.gateways])]
+    named = gateway_resources(gateways, certificates or {}, own, settings, listener_for, routes_for)
     listeners.extend(named.listeners)
     routes.extend(named.routes)
     clusters = [*access.clusters, *limits.clusters(), *shaping.clusters.values(), *access_log_clusters(settings)]
     endpoints = list(shaping.endpoints.values())
     secrets = []
-    for api in views:
+    for api in own:
         proxyless = proxyless_resources(api)
         if proxyless is not None:
             listeners.append(proxyless[0])
@@ -161,7 +193,9 @@ def translate_apis(
         refused=refused,
         extension_configs=[*access.extension_configs(), *limits.extension_configs()],
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
-        gateway_problems=_joined(unverified_problems(gateways, views), named.problems),
+        gateway_problems=_joined(unverified_problems(gateways, own), named.problems),
+        api_problems=attachment_problems(attached, served),
+        gateway_api=with_attached_apis(gateway_api, attached, attach, chain, local_reply),
     )
 
 

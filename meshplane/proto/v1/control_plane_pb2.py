@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&meshplane/proto/v1/control_plane.proto\x12\x0cmeshplane.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xb1\x01\n\x16RegisterClusterRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12@\n\x06labels\x18\x03 \x03(\x0b\x32\x30.meshplane.v1.RegisterClusterRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x17RegisterClusterResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"~\n\x0eObjectDelivery\x12\x10\n\x08type_url\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12*\n\x05state\x18\x04 \x01(\x0e\x32\x1b.meshplane.v1.DeliveryState\x12\x0f\n\x07message\x18\x05 \x01(\t\"q\n\x13ReportStatusRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12\x30\n\ndeliveries\x18\x03 \x03(\x0b\x32\x1c.meshplane.v1.ObjectDelivery\"\xd8\x01\n\x0bLocalObject\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x35\n\x06labels\x18\x04 \x03(\x0b\x32%.meshplane.v1.LocalObject.LabelsEntry\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x14ReportObjectsRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12*\n\x07objects\x18\x03 \x03(\x0b\x32\x19.meshplane.v1.LocalObject\"-\n\nServiceKey\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xa2\x01\n\x0fReportedService\x12\x39\n\x06labels\x18\x01 \x03(\x0b\x32).meshplane.v1.ReportedService.LabelsEntry\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xda\x01\n\x15ReportServicesRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12/\n\x08services\x18\x03 \x03(\x0b\x32\x1d.meshplane.v1.ReportedService\x12)\n\x07removed\x18\x04 \x03(\x0b\x32\x18.meshplane.v1.ServiceKey\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12)\n\x07present\x18\x06 \x03(\x0b\x32\x18.meshplane.v1.ServiceKey\"#\n\x0eReportResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08*U\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07\x41PPLIED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xe7\x02\n\x0c\x43ontrolPlane\x12^\n\x0fRegisterCluster\x12$.meshplane.v1.RegisterClusterRequest\x1a%.meshplane.v1.RegisterClusterResponse\x12O\n\x0cReportStatus\x12!.meshplane.v1.ReportStatusRequest\x1a\x1c.meshplane.v1.ReportResponse\x12Q\n\rReportObjects\x12\".meshplane.v1.ReportObjectsRequest\x1a\x1c.meshplane.v1.ReportResponse\x12S\n\x0eReportServices\x12#.meshplane.v1.ReportServicesRequest\x1a\x1c.meshplane.v1.ReportResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&meshplane/proto/v1/control_plane.proto\x12\x0cmeshplane.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x01\n\x16RegisterClusterRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x15\n\ragent_version\x18\x02 \x01(\t\x12@\n\x06labels\x18\x03 \x03(\x0b\x32\x30.meshplane.v1.RegisterClusterRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"+\n\x17RegisterClusterResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"~\n\x0eObjectDelivery\x12\x10\n\x08type_url\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12*\n\x05state\x18\x04 \x01(\x0e\x32\x1b.meshplane.v1.DeliveryState\x12\x0f\n\x07message\x18\x05 \x01(\t\"q\n\x13ReportStatusRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12\x30\n\ndeliveries\x18\x03 \x03(\x0b\x32\x1c.meshplane.v1.ObjectDelivery\"\x81\x02\n\x0bLocalObject\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07project\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x35\n\x06labels\x18\x04 \x03(\x0b\x32%.meshplane.v1.LocalObject.LabelsEntry\x12%\n\x04spec\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12\'\n\x06status\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"l\n\x14ReportObjectsRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12*\n\x07objects\x18\x03 \x03(\x0b\x32\x19.meshplane.v1.LocalObject\"-\n\nServiceKey\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\xa2\x01\n\x0fReportedService\x12\x39\n\x06labels\x18\x01 \x03(\x0b\x32).meshplane.v1.ReportedService.LabelsEntry\x12%\n\x04spec\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xda\x01\n\x15ReportServicesRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12/\n\x08services\x18\x03 \x03(\x0b\x32\x1d.meshplane.v1.ReportedService\x12)\n\x07removed\x18\x04 \x03(\x0b\x32\x18.meshplane.v1.ServiceKey\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x12)\n\x07present\x18\x06 \x03(\x0b\x32\x18.meshplane.v1.ServiceKey\"\xb4\x01\n\tApiFigure\x12\x0f\n\x07project\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08requests\x18\x03 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x04 \x01(\x03\x12\x36\n\x08\x62y_class\x18\x05 \x03(\x0b\x32$.meshplane.v1.ApiFigure.ByClassEntry\x1a.\n\x0c\x42yClassEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x9a\x01\n\x14ReportFiguresRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x02 \x01(\t\x12(\n\x07\x66igures\x18\x03 \x03(\x0b\x32\x17.meshplane.v1.ApiFigure\x12.\n\nsampled_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"#\n\x0eReportResponse\x12\x11\n\tduplicate\x18\x01 \x01(\x08*U\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x0b\n\x07PENDING\x10\x01\x12\x0b\n\x07\x41PPLIED\x10\x02\x12\n\n\x06\x46\x41ILED\x10\x03\x32\xba\x03\n\x0c\x43ontrolPlane\x12^\n\x0fRegisterCluster\x12$.meshplane.v1.RegisterClusterRequest\x1a%.meshplane.v1.RegisterClusterResponse\x12O\n\x0cReportStatus\x12!.meshplane.v1.ReportStatusRequest\x1a\x1c.meshplane.v1.ReportResponse\x12Q\n\rReportObjects\x12\".meshplane.v1.ReportObjectsRequest\x1a\x1c.meshplane.v1.ReportResponse\x12S\n\x0eReportServices\x12#.meshplane.v1.ReportServicesRequest\x1a\x1c.meshplane.v1.ReportResponse\x12Q\n\rReportFigures\x12\".meshplane.v1.ReportFiguresRequest\x1a\x1c.meshplane.v1.ReportResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,34 +39,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LOCALOBJECT_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_REPORTEDSERVICE_LABELSENTRY']._loaded_options = None
   _globals['_REPORTEDSERVICE_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_DELIVERYSTATE']._serialized_start=1353
-  _globals['_DELIVERYSTATE']._serialized_end=1438
-  _globals['_REGISTERCLUSTERREQUEST']._serialized_start=87
-  _globals['_REGISTERCLUSTERREQUEST']._serialized_end=264
-  _globals['_REGISTERCLUSTERREQUEST_LABELSENTRY']._serialized_start=219
-  _globals['_REGISTERCLUSTERREQUEST_LABELSENTRY']._serialized_end=264
-  _globals['_REGISTERCLUSTERRESPONSE']._serialized_start=266
-  _globals['_REGISTERCLUSTERRESPONSE']._serialized_end=309
-  _globals['_OBJECTDELIVERY']._serialized_start=311
-  _globals['_OBJECTDELIVERY']._serialized_end=437
-  _globals['_REPORTSTATUSREQUEST']._serialized_start=439
-  _globals['_REPORTSTATUSREQUEST']._serialized_end=552
-  _globals['_LOCALOBJECT']._serialized_start=555
-  _globals['_LOCALOBJECT']._serialized_end=771
-  _globals['_LOCALOBJECT_LABELSENTRY']._serialized_start=219
-  _globals['_LOCALOBJECT_LABELSENTRY']._serialized_end=264
-  _globals['_REPORTOBJECTSREQUEST']._serialized_start=773
-  _globals['_REPORTOBJECTSREQUEST']._serialized_end=881
-  _globals['_SERVICEKEY']._serialized_start=883
-  _globals['_SERVICEKEY']._serialized_end=928
-  _globals['_REPORTEDSERVICE']._serialized_start=931
-  _globals['_REPORTEDSERVICE']._serialized_end=1093
-  _globals['_REPORTEDSERVICE_LABELSENTRY']._serialized_start=219
-  _globals['_REPORTEDSERVICE_LABELSENTRY']._serialized_end=264
-  _globals['_REPORTSERVICESREQUEST']._serialized_start=1096
-  _globals['_REPORTSERVICESREQUEST']._serialized_end=1314
-  _globals['_REPORTRESPONSE']._serialized_start=1316
-  _globals['_REPORTRESPONSE']._serialized_end=1351
-  _globals['_CONTROLPLANE']._serialized_start=1441
-  _globals['_CONTROLPLANE']._serialized_end=1800
+  _globals['_APIFIGURE_BYCLASSENTRY']._loaded_options = None
+  _globals['_APIFIGURE_BYCLASSENTRY']._serialized_options = b'8\001'
+  _globals['_DELIVERYSTATE']._serialized_start=1767
+  _globals['_DELIVERYSTATE']._serialized_end=1852
+  _globals['_REGISTERCLUSTERREQUEST']._serialized_start=120
+  _globals['_REGISTERCLUSTERREQUEST']._serialized_end=297
+  _globals['_REGISTERCLUSTERREQUEST_LABELSENTRY']._serialized_start=252
+  _globals['_REGISTERCLUSTERREQUEST_LABELSENTRY']._serialized_end=297
+  _globals['_REGISTERCLUSTERRESPONSE']._serialized_start=299
+  _globals['_REGISTERCLUSTERRESPONSE']._serialized_end=342
+  _globals['_OBJECTDELIVERY']._serialized_start=344
+  _globals['_OBJECTDELIVERY']._serialized_end=470
+  _globals['_REPORTSTATUSREQUEST']._serialized_start=472
+  _globals['_REPORTSTATUSREQUEST']._serialized_end=585
+  _globals['_LOCALOBJECT']._serialized_start=588
+  _globals['_LOCALOBJECT']._serialized_end=845
+  _globals['_LOCALOBJECT_LABELSENTRY']._serialized_start=252
+  _globals['_LOCALOBJECT_LABELSENTRY']._serialized_end=297
+  _globals['_REPORTOBJECTSREQUEST']._serialized_start=847
+  _globals['_REPORTOBJECTSREQUEST']._serialized_end=955
+  _globals['_SERVICEKEY']._serialized_start=957
+  _globals['_SERVICEKEY']._serialized_end=1002
+  _globals['_REPORTEDSERVICE']._serialized_start=1005
+  _globals['_REPORTEDSERVICE']._serialized_end=1167
+  _globals['_REPORTEDSERVICE_LABELSENTRY']._serialized_start=252
+  _globals['_REPORTEDSERVICE_LABELSENTRY']._serialized_end=297
+  _globals['_REPORTSERVICESREQUEST']._serialized_start=1170
+  _globals['_REPORTSERVICESREQUEST']._serialized_end=1388
+  _globals['_APIFIGURE']._serialized_start=1391
+  _globals['_APIFIGURE']._serialized_end=1571
+  _globals['_APIFIGURE_BYCLASSENTRY']._serialized_start=1525
+  _globals['_APIFIGURE_BYCLASSENTRY']._serialized_end=1571
+  _globals['_REPORTFIGURESREQUEST']._serialized_start=1574
+  _globals['_REPORTFIGURESREQUEST']._serialized_end=1728
+  _globals['_REPORTRESPONSE']._serialized_start=1730
+  _globals['_REPORTRESPONSE']._serialized_end=1765
+  _globals['_CONTROLPLANE']._serialized_start=1855
+  _globals['_CONTROLPLANE']._serialized_end=2297
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,7 @@
+import datetime
+
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -67,7 +70,7 @@ class ReportStatusRequest(_message.Message):
     def __init__(self, cluster: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., deliveries: _Optional[_Iterable[_Union[ObjectDelivery, _Mapping]]] = ...) -> None: ...
 
 class LocalObject(_message.Message):
-    __slots__ = ("kind", "project", "name", "labels", "spec", "deleted")
+    __slots__ = ("kind", "project", "name", "labels", "spec", "deleted", "status")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,13 +84,15 @@ class LocalObject(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     project: str
     name: str
     labels: _containers.ScalarMap[str, str]
     spec: _struct_pb2.Struct
     deleted: bool
-    def __init__(self, kind: _Optional[str] = ..., project: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
+    status: _struct_pb2.Struct
+    def __init__(self, kind: _Optional[str] = ..., project: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., spec: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., deleted: _Optional[bool] = ..., status: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ReportObjectsRequest(_message.Message):
     __slots__ = ("cluster", "idempotency_key", "objects")
@@ -137,6 +142,39 @@ class ReportServicesRequest(_message.Message):
     complete: bool
     present: _containers.RepeatedCompositeFieldContainer[ServiceKey]
     def __init__(self, cluster: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., services: _Optional[_Iterable[_Union[ReportedService, _Mapping]]] = ..., removed: _Optional[_Iterable[_Union[ServiceKey, _Mapping]]] = ..., complete: _Optional[bool] = ..., present: _Optional[_Iterable[_Union[ServiceKey, _Mapping]]] = ...) -> None: ...
+
+class ApiFigure(_message.Message):
+    __slots__ = ("project", "name", "requests", "errors", "by_class")
+    class ByClassEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    PROJECT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    BY_CLASS_FIELD_NUMBER: _ClassVar[int]
+    project: str
+    name: str
+    requests: int
+    errors: int
+    by_class: _containers.ScalarMap[str, int]
+    def __init__(self, project: _Optional[str] = ..., name: _Optional[str] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., by_class: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ReportFiguresRequest(_message.Message):
+    __slots__ = ("cluster", "idempotency_key", "figures", "sampled_at")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIGURES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    idempotency_key: str
+    figures: _containers.RepeatedCompositeFieldContainer[ApiFigure]
+    sampled_at: _timestamp_pb2.Timestamp
+    def __init__(self, cluster: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., figures: _Optional[_Iterable[_Union[ApiFigure, _Mapping]]] = ..., sampled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
     __slots__ = ("duplicate",)

@@ -54,6 +54,11 @@ class ControlPlaneStub:
                 request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.SerializeToString,
                 response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.ReportFigures = channel.unary_unary(
+                '/meshplane.v1.ControlPlane/ReportFigures',
+                request_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportFiguresRequest.SerializeToString,
+                response_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+                _registered_method=True)
 
 
 class ControlPlaneServicer:
@@ -87,6 +92,13 @@ class ControlPlaneServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportFigures(self, request, context):
+        """Per-API request figures of the cluster's gateways, read from their Envoys' stats.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_ControlPlaneServicer_to_server(servicer, server):
             'ReportServices': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportServices,
                     request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.FromString,
+                    response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
+            ),
+            'ReportFigures': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportFigures,
+                    request_deserializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportFiguresRequest.FromString,
                     response_serializer=meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.SerializeToString,
             ),
     }
@@ -218,6 +235,33 @@ class ControlPlane:
             target,
             '/meshplane.v1.ControlPlane/ReportServices',
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportServicesRequest.SerializeToString,
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportFigures(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meshplane.v1.ControlPlane/ReportFigures',
+            meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportFiguresRequest.SerializeToString,
             meshplane_dot_proto_dot_v1_dot_control__plane__pb2.ReportResponse.FromString,
             options,
             channel_credentials,

@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from meshplane.server.acting import act_for
 from meshplane.server.auth.oidc import OidcVerifier
 from meshplane.server.auth.principal import OPEN, Principal
 from meshplane.server.auth.tokens import PREFIX, TokenService
@@ -79,11 +80,12 @@ class Authenticator:
 
 
 async def current_principal(request: Request) -> Principal:
-    """Who the request speaks for; an app built without an authenticator (in-process tests) is open."""
+    """Who the request speaks for, and from now on acts for (see `acting`); an app built without an
+    authenticator (in-process tests) is open."""
     authenticator: Authenticator | None = getattr(request.app.state, "authenticator", None)
-    if authenticator is None:
-        return OPEN
-    return await authenticator.authenticate(request)
+    principal = OPEN if authenticator is None else await authenticator.authenticate(request)
+    act_for(principal)
+    return principal
 
 
 _BEARER = HTTPBearer(auto_error=False, description=f"A meshplane token ({PREFIX}_...) or, when configured, an OIDC JWT")

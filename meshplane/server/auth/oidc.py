@@ -30,6 +30,12 @@ class OidcSettings:
     jwks_uri: str | None = None
     jwks: str | None = None
     roles_claim: str = "meshplane_roles"
+    console_client_id: str | None = None
+    """The web console's client id: the id_tokens its sign-in gets name it as their `aud`, and pass too."""
+
+    @property
+    def audiences(self) -> list[str]:
+        return [audience for audience in (self.audience, self.console_client_id) if audience]
 
 
 def principal_of(claims: dict[str, Any], roles_claim: str) -> Principal | None:
@@ -45,12 +51,13 @@ def principal_of(claims: dict[str, Any], roles_claim: str) -> Principal | None:
         return None
     order = list(Role)
     role, project = min(grants, key=lambda grant: (order.index(grant[0]), grant[1] is not None))
-    return Principal(f"user {claims.get('sub', '?')}", role, project)
+    subject = claims.get("sub", "?")
+    return Principal(f"user {subject}", role, project, f"oidc/{subject}")
 
 
 class OidcVerifier:
     def __init__(self, settings: OidcSettings):
-        if not settings.audience:
+        if not settings.audiences:
             raise ValueError("OIDC needs an audience (oidc_audience): the client id tokens for meshplane name")
         self.settings = settings
         self._keys: dict[str, jwt.PyJWK] = {}
@@ -71,7 +78,7 @@ class OidcVerifier:
                 key.key,
                 algorithms=[key.algorithm_name],
                 issuer=self.settings.issuer,
-                audience=self.settings.audience,
+                audience=self.settings.audiences,
                 options={"require": ["exp", "iss", "aud"]},
             )
         except (jwt.PyJWTError, ValueError):

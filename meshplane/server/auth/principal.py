@@ -21,6 +21,8 @@ class Principal:
     role: Role
     project: str | None = None
     """The one project it covers; None: every project."""
+    who: str = "anonymous"
+    """How history and the audit trail name it: `token/<token name>` or `oidc/<subject>`."""
 
     def sees(self, project: str | None) -> bool:
         return project is None or self.project is None or self.project == project

@@ -89,7 +89,7 @@ class TokenService:
             self.cache.pop(token_id, None)
             return None
         self._remember(record)
-        return Principal(f"token {record.name}", Role(record.role), record.project)
+        return Principal(f"token {record.name}", Role(record.role), record.project, f"token/{record.name}")
 
     def _cached(self, token_id: str) -> TokenRecord | None:
         cached = self.cache.get(token_id)

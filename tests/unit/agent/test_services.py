@@ -13,6 +13,7 @@ import pytest
 
 from meshplane.agent import service_endpoints
 from meshplane.agent.kube.client import ResourceType, WatchExpired
+from meshplane.agent.kube.gatewayapi import backend_services
 from meshplane.agent.kube.services import LocalService, ServiceKey, ServiceWatch, local_service
 from meshplane.agent.service_endpoints import ServiceEndpointSync
 from meshplane.model.kinds import EastWestGateway
@@ -39,6 +40,24 @@ def test_a_service_object_becomes_a_catalog_entry() -> None:
         "clusterIPs": ["10.96.0.10"],
         "eastWestGateway": {"address": "203.0.113.7", "port": 15443},
     }
+
+
+def test_a_port_keeps_its_app_protocol_so_a_gateway_speaks_h2c_to_an_h2c_port() -> None:
+    obj = service_object("shop", "orders")
+    obj["spec"]["ports"] = [
+        {"name": "http", "port": 80, "protocol": "TCP"},
+        {"name": "h2c", "port": 8081, "protocol": "TCP", "appProtocol": "kubernetes.io/h2c", "targetPort": 3001},
+    ]
+    entry = local_service("edge-1", obj, None)
+    assert entry.spec.to_wire()["ports"][1] == {
+        "name": "h2c",
+        "port": 8081,
+        "protocol": "TCP",
+        "targetPort": 3001,
+        "appProtocol": "kubernetes.io/h2c",
+    }
+    ports = backend_services({("shop", "orders"): entry.spec}, {})[("shop", "orders")].ports
+    assert [(port.port, port.app_protocol) for port in ports] == [(80, None), (8081, "kubernetes.io/h2c")]
 
 
 def test_a_headless_service_has_no_cluster_ip() -> None:

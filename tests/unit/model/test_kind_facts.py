@@ -57,7 +57,9 @@ def test_a_role_the_kind_does_not_name_may_not_write_it() -> None:
 
 def test_the_feeder_watches_every_kind_that_feeds_the_sync_layer() -> None:
     fed = {
-        info.kind for info in REGISTRY if info.delivered or info.feeds & {Feed.FLEET, Feed.MANIFESTS, Feed.REVOCATIONS}
+        info.kind
+        for info in REGISTRY
+        if info.delivered or info.feeds & {Feed.FLEET, Feed.MANIFESTS, Feed.REVOCATIONS, Feed.ROLLOUTS}
     }
     assert set(_WATCHED_KINDS) == fed
     assert {"Cluster", "CertificateRevocation", *RENDERED_FROM} <= fed

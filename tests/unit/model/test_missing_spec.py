@@ -18,5 +18,5 @@ def test_a_kind_whose_spec_fields_all_have_defaults_needs_no_spec(kind: str) -> 
 
 def test_a_kind_with_required_spec_fields_still_asks_for_its_spec() -> None:
     with pytest.raises(InvalidObject) as refused:
-        REGISTRY.parse({"kind": "API", "metadata": {"name": "orders", "project": "shop"}})
+        REGISTRY.parse({"kind": "Subscription", "metadata": {"name": "mobile-orders", "project": "shop"}})
     assert [error.path for error in refused.value.errors] == ["spec"]

@@ -103,7 +103,10 @@ def test_parse_ignores_status_written_by_users() -> None:
             ["spec.backends[0].prot"],
         ),
         (api_doc(spec={"backends": [{"host": "h", "port": 1}]}), ["spec.basePath"]),
-        (api_doc(spec={"basePath": "o/", "backends": []}), ["spec.basePath", "spec.backends"]),
+        (
+            api_doc(spec={"basePath": "o/", "backends": [{"host": "h", "port": 0}]}),
+            ["spec.basePath", "spec.backends[0].port"],
+        ),
         (
             api_doc(spec={"basePath": "/o", "backends": [{"host": "h", "port": 1, "timeout": "soon"}]}),
             ["spec.backends[0].timeout"],

@@ -437,7 +437,7 @@ def test_the_route_catalog_offers_every_api_whose_first_segment_may_meet(
         else:
             projection.upsert_object(api_at(name, base_path))
             live[name] = base_path
-    probe = projection._deliver(api_at("probe", probe_path), None)
+    probe = projection.deliverable(api_at("probe", probe_path), None)
     assert probe is not None
 
     _, offered = projection.api_lookup(probe.spec)

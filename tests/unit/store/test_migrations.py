@@ -1,6 +1,7 @@
 """Migrations: idempotent, safe when several starters race, and in step with the schema the queries use."""
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -9,7 +10,7 @@ from sqlalchemy import Connection, inspect
 
 from meshplane.store import Store, migrate
 from meshplane.store.engine import create_engines
-from meshplane.store.schema import metadata
+from meshplane.store.schema import metadata, objects
 
 
 async def test_opening_again_keeps_the_data(store: Store, store_url: str) -> None:
@@ -66,3 +67,37 @@ async def test_open_creates_the_sqlite_directory(tmp_path: Path) -> None:
     opened = await Store.open(f"sqlite+aiosqlite:///{path}")
     await opened.close()
     assert path.exists()
+
+
+async def test_objects_stored_before_history_keep_their_version_as_its_first_entry(store_url: str) -> None:
+    """A rollout started by an object's first change after the upgrade keeps clusters on the version before it."""
+    engines = create_engines(store_url)
+    now = datetime.now(UTC)
+    row = {
+        "kind": "API",
+        "project": "shop",
+        "uid": "u",
+        "revision": 1,
+        "generation": 1,
+        "origin": None,
+        "labels": {},
+        "annotations": {},
+        "spec": {"v": 1},
+        "status": {},
+        "created_at": now,
+        "updated_at": now,
+    }
+    try:
+        await migrate.upgrade(engines, "0005")
+        async with engines.write.begin() as conn:
+            await conn.execute(objects.insert(), [row | {"name": "orders", "deleted": False}])
+            await conn.execute(objects.insert(), [row | {"name": "gone", "deleted": True, "revision": 2}])
+    finally:
+        await engines.base.dispose()
+    store = await Store.open(store_url)
+    try:
+        kept = await store.version_in_force("API", "shop", "orders", 5)
+        assert kept is not None and kept.spec == {"v": 1}
+        assert await store.history("API", "shop", "gone") == []
+    finally:
+        await store.close()

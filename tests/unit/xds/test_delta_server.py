@@ -2,6 +2,7 @@ import grpc
 import pytest
 from envoy.config.core.v3.base_pb2 import Node
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from google.rpc import status_pb2
 
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.server import XdsServer
@@ -98,6 +99,59 @@ async def test_nacked_version_is_not_resent_but_the_next_version_is():
             cache.update("g", STRING, upserts=[text("bad", "fixed")])
             await agent.until(lambda: agent.held[STRING].get("bad") == text("bad", "fixed").version)
             await recorder.signal.until(lambda: recorder.acks[-1][2].get("bad") == text("bad", "fixed").version)
+
+
+async def test_a_nack_blames_what_was_new_not_what_the_client_resubscribed_to():
+    cache = ResourceCache()
+    cache.set_type("g", STRING, {"held": text("held"), "new": text("new")})
+    recorder = Recorder()
+
+    async with serve_xds(server(cache, recorder)) as served, served.channel() as channel:
+        stream = RawStream(ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources())
+        await stream.send(
+            discovery_pb2.DeltaDiscoveryRequest(
+                node=Node(id="n", cluster="g"), type_url=STRING, resource_names_subscribe=["held"]
+            )
+        )
+        await stream.send(_ack(await stream.recv()))
+        await recorder.signal.until(lambda: bool(recorder.acks))
+
+        await stream.send(
+            discovery_pb2.DeltaDiscoveryRequest(type_url=STRING, resource_names_subscribe=["held", "new"])
+        )
+        both = await stream.recv()
+        assert sorted(r.name for r in both.resources) == ["held", "new"]
+        refusal = discovery_pb2.DeltaDiscoveryRequest(
+            type_url=STRING, response_nonce=both.nonce, error_detail=status_pb2.Status(message="no new")
+        )
+        await stream.send(refusal)
+        await recorder.signal.until(lambda: bool(recorder.nacks))
+        assert recorder.nacks == [("g", STRING, versions(text("new")), "no new")]
+        await stream.close()
+
+
+async def test_a_client_that_resubscribes_holding_the_current_versions_is_known_to_hold_them():
+    """Envoy reconnecting (to a restarted agent) names what it holds in initial_resource_versions; when that is
+    what the cache has, nothing is sent, so no ACK will ever come on this stream: what it declared is what it
+    holds, and those who wait for its ACKs must hear so at once."""
+    cache = ResourceCache()
+    cache.set_type("g", STRING, {"a": text("a")})
+    recorder = Recorder()
+
+    async with serve_xds(server(cache, recorder)) as served, served.channel() as channel:
+        stream = RawStream(ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources())
+        await stream.send(
+            discovery_pb2.DeltaDiscoveryRequest(
+                node=Node(id="n", cluster="g"),
+                type_url=STRING,
+                resource_names_subscribe=["a"],
+                initial_resource_versions=versions(text("a")),
+            )
+        )
+        assert await stream.silent()
+        await recorder.signal.until(lambda: bool(recorder.acks))
+        assert recorder.acks == [("g", STRING, versions(text("a")))]
+        await stream.close()
 
 
 async def test_unchanged_updates_send_nothing():

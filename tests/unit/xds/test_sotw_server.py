@@ -126,12 +126,26 @@ async def test_ack_and_nack_and_no_resend_of_a_rejected_version():
             )
         )
         await recorder.signal.until(lambda: bool(recorder.nacks))
-        assert recorder.nacks == [("g", CDS, versions(cluster("c1"), cluster("c2")), "no c2")]
+        # c1 came again only because a set is sent whole: the client holds it still, only c2 is refused.
+        assert recorder.nacks == [("g", CDS, versions(cluster("c2")), "no c2")]
         assert await stream.silent()
 
         cache.update("g", CDS, upserts=[cluster("c2", 5)])
         third = await stream.recv()
         assert third.version_info not in (first.version_info, second.version_info)
+
+
+async def test_a_nacked_first_set_is_refused_whole():
+    cache = ResourceCache()
+    cache.set_type("g", CDS, {"c1": cluster("c1"), "c2": cluster("c2")})
+    recorder = Recorder()
+
+    async with envoy(cache, recorder) as stream:
+        await stream.send(request(CDS, node=NODE))
+        first = await stream.recv()
+        await stream.send(request(CDS, nonce=first.nonce, error_detail=status_pb2.Status(message="no")))
+        await recorder.signal.until(lambda: bool(recorder.nacks))
+        assert recorder.nacks == [("g", CDS, versions(cluster("c1"), cluster("c2")), "no")]
 
 
 async def test_routes_are_sent_by_name_and_resent_when_the_names_change():
