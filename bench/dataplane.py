@@ -1,11 +1,14 @@
-"""What API management costs the request path: wrk through one real Envoy gateway, four configurations;
+"""What API management costs the request path: wrk through real Envoy gateways, five configurations;
 and what a large catalog costs the gateway's configuration.
 
 (a) a bare route; (b) API key + subscription + local limit, all native (jwt_authn, RBAC,
 local_ratelimit); (c) (b) plus a global limit through the rate limiter on Redis; (d) an opaque key
-checked by the enforcer (ext_authz). The upstream is nginx answering from memory, so the gateway is
-what is measured. Limits are set far above the offered load: every request is checked, none refused.
-Prints one JSON object with rps and latency per configuration and the ratio of each to (a).
+checked by the enforcer (ext_authz); (e) the same opaque key checked inside Envoy by the keys filter
+(proxy-wasm), on a second cluster's gateway whose agent has the filter and no enforcer. The upstream is
+nginx answering from memory, so the gateway is what is measured. Limits are set far above the offered
+load: every request is checked, none refused.
+Prints one JSON object with rps and latency per configuration and the ratio of each to (a); (e) needs
+scripts/build-keys-filter to have run.
 
 The HTTPS rows, on one HTTPS Gateway listener terminating TLS for `localhost` (wrk sends the URL's host as
 SNI): a bare route, the floor (Envoy terminating TLS and nothing else), and a signed API key + subscription;
@@ -58,6 +61,7 @@ from meshplane_testing import documents
 from meshplane_testing.envoy import run_envoy
 from meshplane_testing.eventually import eventually_async
 from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.keys_filter import keys_filter_wasm
 from meshplane_testing.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
 from meshplane_testing.north import put
 from meshplane_testing.process import free_port
@@ -71,6 +75,8 @@ CONFIGURATIONS = {
     "native_global": ("/global/x", "signed"),
     "enforcer": ("/opaque/x", "opaque"),
 }
+KEYS_FILTER_CONFIGURATIONS = {"keys_filter": ("/opaque/x", "opaque")}
+KEYS_FILTER_TARGET = 0.6
 FLOOR = "bare"
 HTTPS_HOST = "localhost"
 """The name the HTTPS listener's certificate and hostname carry: it resolves to loopback, and wrk sends it as SNI."""
@@ -130,6 +136,7 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="meshplane-bench-") as tmp_dir:
         work = Path(tmp_dir)
         ports = {"enforcer": free_port(), "ratelimiter": free_port()}
+        checking_inside = ["--keys-filter", str(keys_filter_wasm())]
         extra = [
             f"--enforcer-address=127.0.0.1:{ports['enforcer']}",
             f"--ratelimiter-address=127.0.0.1:{ports['ratelimiter']}",
@@ -142,6 +149,8 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             run_enforcer(work, agent.xds_port, port=ports["enforcer"]),
             run_ratelimiter(work, agent.xds_port, redis.url, port=ports["ratelimiter"]),
             run_envoy(work, "gw-bench", agent.xds_port) as envoy,
+            run_agent(work, "bench-keys", server, extra=checking_inside) as inside,
+            run_envoy(work, "gw-bench-keys", inside.xds_port) as inside_envoy,
             server.http() as api,
         ):
             envoy.wait_listener(agent.gateway_port)
@@ -150,6 +159,10 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             plain = Gateway(agent.gateway_port)
             results = measure(plain, CONFIGURATIONS, keys, seconds, connections)
             plain.close()
+            inside_envoy.wait_listener(inside.gateway_port)
+            filtered = Gateway(inside.gateway_port)
+            results |= measure(filtered, KEYS_FILTER_CONFIGURATIONS, keys, seconds, connections)
+            filtered.close()
             envoy.wait_listener(https_port, timeout=30)
             tls = Gateway(https_port, host=HTTPS_HOST, tls=trust)
             https = measure(tls, HTTPS_CONFIGURATIONS, keys, seconds, connections)
@@ -164,7 +177,8 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
         "envoy_concurrency": 1,
         "results": results,
         "ratio_to_bare": {name: round(result["rps"] / floor, 3) for name, result in results.items()},
-        "targets": {"native": 0.6, "native_global": 0.25, "enforcer": 0.2},
+        "targets": {"native": 0.6, "native_global": 0.25, "enforcer": 0.2, "keys_filter": KEYS_FILTER_TARGET},
+        "keys_filter_met": results["keys_filter"]["rps"] / floor >= KEYS_FILTER_TARGET,
         "https": {
             "host": HTTPS_HOST,
             "results": https,

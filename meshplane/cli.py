@@ -277,6 +277,10 @@ def agent(
             help=defaulted("enforcer for opaque API keys, e.g. 127.0.0.1:18081", AgentSettings, "enforcer_address")
         ),
     ] = None,
+    keys_filter: Annotated[
+        Path | None,
+        typer.Option(help="the keys filter's .wasm on the gateways' host: opaque API keys checked inside Envoy"),
+    ] = None,
     ratelimiter_address: Annotated[
         str | None,
         typer.Option(
@@ -380,6 +384,7 @@ def agent(
         gateway_api=gateway_api,
         gateway_api_addresses=gateway_api_addresses,
         enforcer_address=enforcer_address,
+        keys_filter=keys_filter,
         ratelimiter_address=ratelimiter_address,
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,

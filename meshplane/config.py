@@ -310,6 +310,11 @@ class AgentSettings(ProcessSettings):
     enforcer_address: Address | None = Field(
         default=None, description="the enforcer the gateways ask about opaque API keys (e.g. 127.0.0.1:18081)"
     )
+    keys_filter: Path | None = Field(
+        default=None,
+        description="the keys filter's .wasm on the gateways' host (scripts/build-keys-filter): opaque API keys "
+        "are then checked inside Envoy, and the enforcer is not asked",
+    )
     ratelimiter_address: Address | None = Field(
         default=None, description="the rate limiter the gateways ask about global limits (e.g. 127.0.0.1:18082)"
     )

@@ -38,10 +38,12 @@ def data_plane(
     *,
     enforcer: bool = True,
     limiter: bool = True,
+    keys_filter: Path | None = None,
 ) -> Iterator[tuple[AgentProcess, EnvoyProcess, dict[str, Any]]]:
-    """An agent with its enforcer and rate limiter (each optional) and one Envoy."""
+    """An agent with its enforcer and rate limiter (each optional) and one Envoy; with `keys_filter` (its
+    .wasm) the gateway checks opaque keys itself."""
     ports = {"enforcer": free_port(), "ratelimiter": free_port()}
-    extra = []
+    extra = ["--keys-filter", str(keys_filter)] if keys_filter is not None else []
     if enforcer:
         extra += ["--enforcer-address", f"127.0.0.1:{ports['enforcer']}"]
     if limiter:

@@ -451,6 +451,7 @@ def gateway_settings(settings: AgentSettings) -> GatewaySettings:
         listener_address=host,
         listener_port=port,
         enforcer_address=settings.enforcer_address,
+        keys_filter=str(settings.keys_filter) if settings.keys_filter is not None else None,
         ratelimiter_address=settings.ratelimiter_address,
         enforcer_fail_open=settings.enforcer_failure_mode == "open",
         ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",

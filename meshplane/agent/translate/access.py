@@ -6,7 +6,9 @@ what changes with APIs, keys and applications reaches the filters as their disco
   header_mutation   drops identity headers a caller sent, so only the gateway sets them (and logs them)
   cors              answers preflights and decorates responses, per route
   jwt_authn         signed API keys (against the fleet's KeySet) and user JWTs, per route; discovered
-  ext_authz         the enforcer, for opaque keys, enabled per route (when the agent has an enforcer)
+  meshplane.keys    opaque keys checked inside Envoy against their digests (see `keys_filter`), enabled per
+                    route; discovered
+  ext_authz         else the enforcer, for opaque keys, enabled per route (when the agent has an enforcer)
   rbac "revoked"    refuses keys revoked or rotated out, by key id in one hash lookup; discovered
   rbac "unbound"    refuses keys of an application this cluster does not hold (deleted, even if one of the
                     same name was created since: a key names its application's uid); discovered
@@ -15,7 +17,7 @@ what changes with APIs, keys and applications reaches the filters as their disco
                     for token callers also one shadow policy per application, which names the caller
                     (client certificates as a credential the same way: see `mtls`)
   local_ratelimit / ratelimit   see limits.py
-An API whose check needs a service the agent was not given (the enforcer) answers 503: the gateway never
+An API whose check needs what the agent was not given (the keys filter or the enforcer) answers 503: the gateway never
 points a filter at a service that is not there, and never lets such a request through.
 """
 
@@ -41,7 +43,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import http_con
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.type.matcher.v3 import http_inputs_pb2, metadata_pb2, regex_pb2, string_pb2
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import duration_pb2, empty_pb2, wrappers_pb2
+from google.protobuf import any_pb2, duration_pb2, empty_pb2, wrappers_pb2
 from xds.core.v3 import extension_pb2 as xds_extension_pb2
 from xds.type.matcher.v3 import matcher_pb2 as xds_matcher_pb2
 
@@ -51,6 +53,7 @@ from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
 from meshplane.agent.translate.entitlements import KEY_CLOCK_SKEW, Entitlements, Grant
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
+from meshplane.agent.translate.keys_filter import KEYS_FILTER, keys_filter_config
 from meshplane.agent.translate.mtls import Credential, certificate_callers
 from meshplane.dataplane import (
     APPLICATION_HEADER,
@@ -140,13 +143,16 @@ class AccessPlan:
     providers: dict[str, jwt_pb2.JwtProvider] = field(default_factory=dict)
     requirements: dict[str, jwt_pb2.JwtRequirement] = field(default_factory=dict)
     clusters: list[cluster_pb2.Cluster] = field(default_factory=list)
+    keys_routes: dict[str, str] = field(default_factory=dict)
+    """Route name -> `project/name` of the API whose keys the keys filter checks there ("" when two APIs' routes
+    share a name: the filter then knows no API there and refuses)."""
 
     @classmethod
     def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements, now: float) -> AccessPlan:
         plan = cls(settings, entitlements, now)
         for api in apis:
             plan._survey(api)
-        if settings.enforcer_address is not None:
+        if settings.enforcer_address is not None and settings.keys_filter is None:
             plan.clusters.append(service_cluster(ENFORCER_CLUSTER, settings.enforcer_address))
         return plan
 
@@ -178,8 +184,13 @@ class AccessPlan:
     def unavailable(self, api: Api) -> str | None:
         """Why the gateway cannot check this API's callers here (its routes then answer 503), or None."""
         auth = self.api_key(api)
-        if auth is not None and auth.mode is KeyMode.OPAQUE and self.settings.enforcer_address is None:
-            return "this gateway has no enforcer to check opaque API keys"
+        if (
+            auth is not None
+            and auth.mode is KeyMode.OPAQUE
+            and self.settings.enforcer_address is None
+            and self.settings.keys_filter is None
+        ):
+            return "this gateway has neither the keys filter nor an enforcer to check opaque API keys"
         if auth is not None and auth.mode is KeyMode.SIGNED and self.entitlements.jwks() is None:
             return "this gateway has not received the keys API keys are signed with"
         return None
@@ -198,7 +209,11 @@ class AccessPlan:
             hcm_pb2.HttpFilter(name=CORS, typed_config=packed(cors_pb2.Cors())),
             discovered_filter(JWT, jwt_pb2.JwtAuthentication()),
         ]
-        if self.settings.enforcer_address is not None:
+        if self.settings.keys_filter is not None:
+            keys = discovered_filter(KEYS_FILTER, keys_filter_config(self.settings.keys_filter, {}))
+            keys.disabled = True
+            filters.append(keys)
+        elif self.settings.enforcer_address is not None:
             filters.append(self._ext_authz())
         filters += [
             discovered_filter(REVOKED_RBAC, _every_key_refused()),
@@ -266,7 +281,9 @@ class AccessPlan:
         if auth.mtls is not None:
             self._decorate_mtls(api, op, route)
             return
-        if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
+        if auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE and self.settings.keys_filter is not None:
+            self._check_keys_inside(api, op, route)
+        elif auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
             check = ext_authz_pb2.ExtAuthzPerRoute(
                 check_settings=ext_authz_pb2.CheckSettings(
                     context_extensions={CONTEXT_API: f"{api.project}/{api.name}"}
@@ -285,6 +302,19 @@ class AccessPlan:
                 route.request_headers_to_add.extend([_plan_header(), _token_application_header()])
             else:
                 per_filter[RBAC].CopyFrom(packed(_scopes_required(auth.jwt, scopes) if scopes else _authenticated()))
+
+    def _check_keys_inside(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        """Switch the keys filter on for this route, named so the filter's table can tell its API (a route the
+        Gateway API core named keeps its name)."""
+        if not route.name:
+            route.name = f"{api.project}/{api.name}" + (f" {op.method.value} {op.path}" if op is not None else "")
+        held = self.keys_routes.setdefault(route.name, f"{api.project}/{api.name}")
+        if held != f"{api.project}/{api.name}":
+            self.keys_routes[route.name] = ""
+        # An empty FilterConfig is refused; one holding an empty Any switches the filter on with its own config.
+        route.typed_per_filter_config[KEYS_FILTER].CopyFrom(
+            packed(route_components_pb2.FilterConfig(config=any_pb2.Any()))
+        )
 
     def _decorate_mtls(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         """An API taking client certificates (see `mtls`): its key or token, if any, checked by jwt_authn (and

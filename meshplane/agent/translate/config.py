@@ -26,7 +26,10 @@ class GatewaySettings:
     listener_name: str = "gateway"
     route_config_name: str = "gateway"
     enforcer_address: str | None = None
-    """host:port of the enforcer (ext_authz); None: APIs with opaque keys answer 503 here."""
+    """host:port of the enforcer (ext_authz); None: APIs with opaque keys answer 503 here, unless `keys_filter`."""
+    keys_filter: str | None = None
+    """The keys filter's .wasm (dataplane/keys-filter) on the gateways' host; set, opaque keys are checked inside
+    Envoy against their digests and the enforcer is not asked."""
     ratelimiter_address: str | None = None
     """host:port of the rate limiter; None: global limits are not enforced here (local ones are)."""
     enforcer_fail_open: bool = False

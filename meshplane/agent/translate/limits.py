@@ -38,7 +38,14 @@ from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
 from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
-from meshplane.dataplane import DESCRIPTOR_API, DESCRIPTOR_APPLICATION, DESCRIPTOR_OPERATION, RATELIMIT_DOMAIN
+from meshplane.dataplane import (
+    APPLICATION_HEADER,
+    DESCRIPTOR_API,
+    DESCRIPTOR_APPLICATION,
+    DESCRIPTOR_OPERATION,
+    PLAN_HEADER,
+    RATELIMIT_DOMAIN,
+)
 from meshplane.model.access import KeyMode, LimitScope, RateLimit, RateUnit
 from meshplane.model.kinds import Operation
 from meshplane.proto.v1 import rls_conf_pb2
@@ -79,10 +86,20 @@ class ApiLimits:
 
 @dataclass(frozen=True)
 class Caller:
-    """Where a verified caller's application and plan are in dynamic metadata: (filter namespace, path)."""
+    """How a verified caller's application and plan become descriptor entries: read from a filter's dynamic
+    metadata, or (after the keys filter) from the identity headers the gateway set."""
 
-    application: tuple[str, list[str]]
-    plan: tuple[str, list[str]]
+    application: route_components_pb2.RateLimit.Action
+    plan: route_components_pb2.RateLimit.Action
+
+    @classmethod
+    def in_metadata(cls, application: tuple[str, list[str]], plan: tuple[str, list[str]]) -> Caller:
+        """Each as (filter namespace, path)."""
+        return cls(_from_metadata(DESCRIPTOR_APPLICATION, *application), _from_metadata(DESCRIPTOR_PLAN, *plan))
+
+    @classmethod
+    def in_headers(cls) -> Caller:
+        return cls(_from_header(DESCRIPTOR_APPLICATION, APPLICATION_HEADER), _from_header(DESCRIPTOR_PLAN, PLAN_HEADER))
 
 
 @dataclass
@@ -110,15 +127,16 @@ class LimitPlan:
         auth = api.spec.authentication
         caller = None
         qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
-        by_shadow_policy = Caller((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
+        by_shadow_policy = Caller.in_metadata((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
         if auth is not None and auth.mtls is not None:
             caller, qualified = by_shadow_policy, False  # the shadow policy naming the caller
+        elif auth is not None and auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
+            if self.settings.keys_filter is not None:
+                caller, qualified = Caller.in_headers(), False  # the keys filter names the bare application
+            else:
+                caller = Caller.in_metadata((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
         elif auth is not None and auth.api_key is not None:
-            caller = (
-                Caller((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
-                if auth.api_key.mode is KeyMode.OPAQUE
-                else Caller((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
-            )
+            caller = Caller.in_metadata((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
         elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
             caller, qualified = by_shadow_policy, False
         if caller is not None:
@@ -218,11 +236,10 @@ class LimitPlan:
             caller = self.identity.get(api.key)
             per_caller = limits.plans if stage == LOCAL_STAGE else limits.applications
             if caller is not None and per_caller:
-                plan = [_from_metadata(DESCRIPTOR_PLAN, *caller.plan)] if stage == LOCAL_STAGE else []
-                who = _from_metadata(DESCRIPTOR_APPLICATION, *caller.application)
+                plan = [caller.plan] if stage == LOCAL_STAGE else []
                 action.rate_limits.append(
                     route_components_pb2.RateLimit(
-                        stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, *plan, who]
+                        stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, *plan, caller.application]
                     )
                 )
 
@@ -272,6 +289,15 @@ def _from_metadata(descriptor_key: str, namespace: str, path: list[str]) -> rout
                 key=namespace, path=[metadata_pb2.MetadataKey.PathSegment(key=key) for key in path]
             ),
             source=route_components_pb2.RateLimit.Action.MetaData.DYNAMIC,
+        )
+    )
+
+
+def _from_header(descriptor_key: str, header: str) -> route_components_pb2.RateLimit.Action:
+    """A descriptor entry from a request header; absent, the request produces no descriptor."""
+    return route_components_pb2.RateLimit.Action(
+        request_headers=route_components_pb2.RateLimit.Action.RequestHeaders(
+            header_name=header, descriptor_key=descriptor_key
         )
     )
 

@@ -23,7 +23,10 @@ from meshplane.agent.translate.clusters import backend_resources
 from meshplane.agent.translate.config import EnvoyConfig, GatewaySettings
 from meshplane.agent.translate.credentials import credential_secret
 from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.extensions import extension_config
 from meshplane.agent.translate.gateways import certificate_secret, gateway_refusal, gateway_resources, held_gateways
+from meshplane.agent.translate.keys_filter import KEYS_FILTER, keys_filter_config
+from meshplane.agent.translate.keys_table import keys_table
 from meshplane.agent.translate.limits import LimitPlan
 from meshplane.agent.translate.listener import gateway_listener
 from meshplane.agent.translate.mtls import (
@@ -185,17 +188,24 @@ def translate_apis(
             client = _client_certificate(api.project, backend, certificates or {})
             if client is not None:
                 secrets.append(client)
+    # Before the filter configs: attaching APIs decorates the Gateway API core's routes, which the keys
+    # filter's table names.
+    attached_routes = with_attached_apis(gateway_api, attached, attach, chain, local_reply)
+    keys = []
+    if settings.keys_filter is not None:
+        table = keys_table(views, entitlements, access.keys_routes)
+        keys.append(extension_config(KEYS_FILTER, keys_filter_config(settings.keys_filter, table)))
     return EnvoyConfig(
         listeners=sorted(listeners, key=lambda listener: listener.name),
         routes=sorted(routes, key=lambda table: table.name),
         clusters=sorted(clusters, key=lambda cluster: cluster.name),
         endpoints=sorted(endpoints, key=lambda assignment: assignment.cluster_name),
         refused=refused,
-        extension_configs=[*access.extension_configs(), *limits.extension_configs()],
+        extension_configs=[*access.extension_configs(), *limits.extension_configs(), *keys],
         secrets=sorted({s.name: s for s in [*named.secrets, *secrets]}.values(), key=lambda secret: secret.name),
         gateway_problems=_joined(unverified_problems(gateways, own), named.problems),
         api_problems=attachment_problems(attached, served),
-        gateway_api=with_attached_apis(gateway_api, attached, attach, chain, local_reply),
+        gateway_api=attached_routes,
     )
 
 
