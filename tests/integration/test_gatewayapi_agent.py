@@ -335,7 +335,7 @@ def test_an_https_listener_is_served_with_its_secret_once_it_is_there(cluster: C
             f"/api/v1/namespaces/{ns}/secrets/shop-tls",
             tls_secret("shop-tls", leaf.certificate_pem(), leaf.key_pem(), ns),
         )
-        # Named Secrets are read, never listed or watched: a missing one is read again within about a second.
+        # Named Secrets are read, never listed or watched: a missing one is read again within about two seconds.
         eventually(lambda: listener_resolved("ResolvedRefs"), timeout=20.0, what="the Secret read")
         address = eventually(lambda: programmed_address(kube, ns, "secure"), timeout=20.0, what="Programmed")
         eventually(lambda: https_answer(cluster, address, port, trust) == "orders", timeout=20.0, what="HTTPS served")

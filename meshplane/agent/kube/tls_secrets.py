@@ -1,7 +1,8 @@
 """The kubernetes.io/tls Secrets the held TLSCertificates name (`secretRef`), read by name and read again
 every `interval`, so a Secret rotated in the cluster is served without a write to the control plane. While
 some wanted Secret gives no pair (not made yet, unreadable) they are read sooner, from half a second apart
-up to the interval, so a Secret made after the Gateway naming it is served within about a second.
+backing off to two seconds however long it stays missing, so a Secret made after the Gateway naming it is
+served within about two seconds (a GET per missing Secret every two seconds at most).
 
 Only the Secrets named are read, never listed, and what they hold stays in memory. The agent's role grants
 no Secret: an operator grants `get` on the ones certificates may name (a Role in their namespace, with
@@ -73,10 +74,19 @@ def _pem(data: dict, name: str) -> str:
 
 
 class TLSSecretReader:
-    def __init__(self, client: KubeClient, on_change: Callable[[], Awaitable[None]], interval: float = 10.0):
+    def __init__(
+        self,
+        client: KubeClient,
+        on_change: Callable[[], Awaitable[None]],
+        interval: float = 10.0,
+        retry_from: float = 0.5,
+        retry_cap: float = 2.0,
+    ):
+        """Every `interval` s; while some wanted Secret gives no pair, from `retry_from` s apart up to `retry_cap`."""
         self.client = client
         self.on_change = on_change
         self.interval = interval
+        self._missing = Backoff(initial=min(retry_from, interval), cap=min(max(retry_from, retry_cap), interval))
         self.pairs: dict[SecretKey, TLSPair] = {}
         self.problems: dict[SecretKey, str] = {}
         """Why a named Secret gives no pair (missing, invalid, unreadable)."""
@@ -91,7 +101,7 @@ class TLSSecretReader:
         self._wanted = keys
 
     async def run(self) -> None:
-        retries = Backoff(initial=min(0.5, self.interval), cap=self.interval).retries()
+        retries = self._missing.retries()
         while True:
             self._asked.clear()
             if await self.read():

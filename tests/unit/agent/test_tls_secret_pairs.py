@@ -95,3 +95,27 @@ async def test_a_wanted_secret_made_after_the_first_read_is_served_soon_not_a_wh
         assert set(reader.pairs) == {("infra", "late")}
     finally:
         running.cancel()
+
+
+async def test_a_secret_missing_for_long_is_still_read_within_the_retry_cap_once_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("meshplane.lifecycle.random.uniform", lambda low, high: high)  # every delay its longest
+    client = HeldSecrets({})
+    changed = asyncio.Event()
+
+    async def on_change() -> None:
+        changed.set()
+
+    reader = TLSSecretReader(client, on_change=on_change, interval=60.0, retry_from=0.05, retry_cap=0.2)  # type: ignore[arg-type]
+    reader.want([("infra", "late")])
+    running = asyncio.create_task(reader.run())
+    try:
+        await asyncio.sleep(1.6)  # backing off up to the interval, the next read would be 1.6 s away
+        changed.clear()
+        client.secrets[("infra", "late")] = secret(PAIR.certificate_pem(), PAIR.key_pem())
+        async with asyncio.timeout(0.6):
+            await changed.wait()
+        assert set(reader.pairs) == {("infra", "late")}
+    finally:
+        running.cancel()
