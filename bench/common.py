@@ -178,7 +178,7 @@ def wrk(
     url: str, headers: dict[str, str], seconds: int, connections: int, script: Path | None = None
 ) -> dict[str, float]:
     """wrk (one thread, `connections` connections) at `url` for `seconds`, each request made by the Lua
-    `script` when given: the rate, the latency and how many answers were not 2xx or 3xx."""
+    `script` when given: the requests made, the rate, the latency and how many answers were not 2xx or 3xx."""
     argv = [require_binary("wrk"), "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
     for name, value in headers.items():
         argv += ["-H", f"{name}: {value}"]
@@ -189,6 +189,7 @@ def wrk(
     latency = {p: _millis(re.search(rf"\s{p}%\s+(\S+)", out).group(1)) for p in ("50", "99")}  # type: ignore[union-attr]
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     return {
+        "requests": int(re.search(r"(\d+) requests in", out).group(1)),  # type: ignore[union-attr]
         "rps": rps,
         "p50_ms": latency["50"],
         "p99_ms": latency["99"],

@@ -1,12 +1,17 @@
-"""What API management costs the request path: wrk through real Envoy gateways, five configurations;
+"""What API management costs the request path: wrk through real Envoy gateways, six configurations;
 and what a large catalog costs the gateway's configuration.
 
 (a) a bare route; (b) API key + subscription + local limit, all native (jwt_authn, RBAC,
 local_ratelimit); (c) (b) plus a global limit through the rate limiter on Redis; (d) an opaque key
 checked by the enforcer (ext_authz); (e) the same opaque key checked inside Envoy by the keys filter
-(proxy-wasm), on a second cluster's gateway whose agent has the filter and no enforcer. The upstream is
-nginx answering from memory, so the gateway is what is measured. Limits are set far above the offered
+(proxy-wasm), on a second cluster's gateway whose agent has the filter and no enforcer; (f) (c) with the
+global limit enforced by quota (`--global-limits quota`, RLQS), on a third cluster's gateway. The upstream
+is nginx answering from memory, so the gateway is what is measured. Limits are set far above the offered
 load: every request is checked, none refused.
+
+The overshoot row: wrk through two quota gateways at once (two clusters, their rate limiters on one Redis)
+at an API limited to SHARED_LIMIT requests a minute, inside one minute: how many more than the limit the
+two let through, and how many fewer (refused early).
 Prints one JSON object with rps and latency per configuration and the ratio of each to (a); (e) needs
 scripts/build-keys-filter to have run.
 
@@ -27,13 +32,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import secrets
 import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +69,7 @@ from meshplane_testing.envoy import run_envoy
 from meshplane_testing.eventually import eventually_async
 from meshplane_testing.gateway import Gateway, status
 from meshplane_testing.keys_filter import keys_filter_wasm
-from meshplane_testing.meshplane import run_agent, run_enforcer, run_ratelimiter, run_server
+from meshplane_testing.meshplane import ServerProcess, run_agent, run_enforcer, run_ratelimiter, run_server
 from meshplane_testing.north import put
 from meshplane_testing.process import free_port
 from meshplane_testing.redis import start_redis
@@ -77,6 +84,10 @@ CONFIGURATIONS = {
 }
 KEYS_FILTER_CONFIGURATIONS = {"keys_filter": ("/opaque/x", "opaque")}
 KEYS_FILTER_TARGET = 0.6
+QUOTA_CONFIGURATIONS = {"native_global_quota": ("/global/x", "signed")}
+QUOTA_TARGET = 0.6
+SHARED_LIMIT = 2_000
+"""Requests a minute the overshoot row's API allows across its two gateways (far fewer than wrk sends)."""
 FLOOR = "bare"
 HTTPS_HOST = "localhost"
 """The name the HTTPS listener's certificate and hostname carry: it resolves to loopback, and wrk sends it as SNI."""
@@ -151,6 +162,8 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             run_envoy(work, "gw-bench", agent.xds_port) as envoy,
             run_agent(work, "bench-keys", server, extra=checking_inside) as inside,
             run_envoy(work, "gw-bench-keys", inside.xds_port) as inside_envoy,
+            quota_gateway(work, "bench-quota-a", server, redis.url) as quota_a,
+            quota_gateway(work, "bench-quota-b", server, redis.url) as quota_b,
             server.http() as api,
         ):
             envoy.wait_listener(agent.gateway_port)
@@ -163,6 +176,10 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             filtered = Gateway(inside.gateway_port)
             results |= measure(filtered, KEYS_FILTER_CONFIGURATIONS, keys, seconds, connections)
             filtered.close()
+            by_quota = Gateway(quota_a)
+            results |= measure(by_quota, QUOTA_CONFIGURATIONS, keys, seconds, connections)
+            by_quota.close()
+            overshoot = quota_overshoot(api, upstream, [quota_a, quota_b], seconds, connections)
             envoy.wait_listener(https_port, timeout=30)
             tls = Gateway(https_port, host=HTTPS_HOST, tls=trust)
             https = measure(tls, HTTPS_CONFIGURATIONS, keys, seconds, connections)
@@ -177,8 +194,16 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
         "envoy_concurrency": 1,
         "results": results,
         "ratio_to_bare": {name: round(result["rps"] / floor, 3) for name, result in results.items()},
-        "targets": {"native": 0.6, "native_global": 0.25, "enforcer": 0.2, "keys_filter": KEYS_FILTER_TARGET},
+        "targets": {
+            "native": 0.6,
+            "native_global": 0.25,
+            "enforcer": 0.2,
+            "keys_filter": KEYS_FILTER_TARGET,
+            "native_global_quota": QUOTA_TARGET,
+        },
         "keys_filter_met": results["keys_filter"]["rps"] / floor >= KEYS_FILTER_TARGET,
+        "native_global_quota_met": results["native_global_quota"]["rps"] / floor >= QUOTA_TARGET,
+        "quota_overshoot": overshoot,
         "https": {
             "host": HTTPS_HOST,
             "results": https,
@@ -187,6 +212,57 @@ def run(seconds: int, connections: int) -> dict[str, Any]:
             "met": https_ratio >= HTTPS_TARGET,
             "native_without_key_status": keyless,
         },
+    }
+
+
+@contextlib.contextmanager
+def quota_gateway(work: Path, cluster: str, server: ServerProcess, redis_url: str) -> Iterator[int]:
+    """A cluster whose agent enforces global limits by quota, with its rate limiter on the shared Redis and
+    one Envoy: its gateway's port."""
+    port = free_port()
+    extra = ["--global-limits=quota", f"--ratelimiter-address=127.0.0.1:{port}"]
+    with (
+        run_agent(work, cluster, server, extra=extra) as agent,
+        run_ratelimiter(work, agent.xds_port, redis_url, name=f"ratelimiter-{cluster}", port=port),
+        run_envoy(work, f"gw-{cluster}", agent.xds_port) as envoy,
+    ):
+        envoy.wait_listener(agent.gateway_port)
+        yield agent.gateway_port
+
+
+def quota_overshoot(
+    api: httpx.Client, upstream: int, gateway_ports: list[int], seconds: int, connections: int
+) -> dict[str, Any]:
+    """wrk through both quota gateways at once at one API limited to SHARED_LIMIT a minute, inside one minute:
+    how many were let through against the limit (above it: the overshoot; below: refused early)."""
+    put(
+        api,
+        documents.api(
+            "shared",
+            backends=[documents.backend(upstream)],
+            rateLimit={"requestsPerUnit": SHARED_LIMIT, "unit": "minute", "scope": "global"},
+        ),
+    )
+    gateways = [Gateway(port) for port in gateway_ports]
+    if time.time() % 60 > 60 - seconds - 10:  # one window for all of it
+        time.sleep(60.5 - time.time() % 60)
+    for gateway in gateways:  # each gateway's first request, let through before its first grant
+        gateway.wait_for("/shared/x", status(200), timeout=30)
+    time.sleep(0.5)
+    with ThreadPoolExecutor(len(gateways)) as pool:
+        runs = list(pool.map(lambda g: wrk(str(g.http.base_url.join("/shared/x")), {}, seconds, connections), gateways))
+    for gateway in gateways:
+        gateway.close()
+    let_through = [int(run["requests"] - run["non_2xx"]) + 1 for run in runs]
+    allowed = sum(let_through)
+    return {
+        "limit_per_minute": SHARED_LIMIT,
+        "gateways": len(gateways),
+        "requests": sum(int(run["requests"]) for run in runs) + len(gateways),
+        "let_through": let_through,
+        "overshoot": max(0, allowed - SHARED_LIMIT),
+        "refused_early": max(0, SHARED_LIMIT - allowed),
+        "overshoot_ratio": round(max(0, allowed - SHARED_LIMIT) / SHARED_LIMIT, 4),
     }
 
 

@@ -30,6 +30,14 @@ Answer = Callable[[Any], Awaitable[Message]]
 """Turns one request message into its response; raising grpclib's GRPCError fails the call with its status."""
 
 
+Serve = Callable[[Stream[Any, Any]], Awaitable[None]]
+"""Runs one bidirectional stream to its end: reads with `recv_message` (or `async for`), sends as it goes."""
+
+
+def method_path(method: MethodDescriptor) -> str:
+    return f"/{method.containing_service.full_name}/{method.name}"
+
+
 @dataclass(frozen=True)
 class Unary:
     """A unary method of a service, as its proto descriptor names it, and what answers it."""
@@ -37,17 +45,25 @@ class Unary:
     method: MethodDescriptor
     answer: Answer
 
-    @property
-    def path(self) -> str:
-        return f"/{self.method.containing_service.full_name}/{self.method.name}"
+
+@dataclass(frozen=True)
+class Bidirectional:
+    """A bidirectional streaming method (one stream per client, held open), and what serves each stream."""
+
+    method: MethodDescriptor
+    serve: Serve
 
 
 class CalloutServer:
-    """Serves unary methods on one address. Once stopping, new calls are refused as UNAVAILABLE (Envoy
-    applies its failure mode) while the calls already in flight finish, up to a grace."""
+    """Serves unary and bidirectional methods on one address. Once stopping, new calls are refused as
+    UNAVAILABLE (Envoy applies its failure mode) while the unary calls in flight finish, up to a grace;
+    open streams end with the server."""
 
-    def __init__(self, methods: Sequence[Unary]) -> None:
-        self._mapping = {method.path: self._handler(method) for method in methods}
+    def __init__(self, methods: Sequence[Unary | Bidirectional]) -> None:
+        self._mapping = {
+            method_path(method.method): self._handler(method) if isinstance(method, Unary) else self._streams(method)
+            for method in methods
+        }
         self._server = Server([self])
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -78,8 +94,17 @@ class CalloutServer:
                 if not self._in_flight:
                     self._idle.set()
 
-        request, response = GetMessageClass(method.method.input_type), GetMessageClass(method.method.output_type)
-        return Handler(handle, Cardinality.UNARY_UNARY, request, response)
+        return Handler(handle, Cardinality.UNARY_UNARY, *_message_types(method.method))
+
+    def _streams(self, method: Bidirectional) -> Handler:
+        serve = method.serve
+
+        async def handle(stream: Stream[Any, Any]) -> None:
+            if self._stopping:
+                raise GRPCError(Status.UNAVAILABLE, "shutting down")
+            await serve(stream)
+
+        return Handler(handle, Cardinality.STREAM_STREAM, *_message_types(method.method))
 
     async def start(self, address: str) -> None:
         """Listen on `address` (`host:port`)."""
@@ -94,6 +119,10 @@ class CalloutServer:
                 await self._idle.wait()
         self._server.close()
         await self._server.wait_closed()
+
+
+def _message_types(method: MethodDescriptor) -> tuple[type[Message], type[Message]]:
+    return GetMessageClass(method.input_type), GetMessageClass(method.output_type)
 
 
 async def serve_fed_callouts(

@@ -299,6 +299,16 @@ def agent(
             help=defaulted("rate limiter unreachable: open or closed", AgentSettings, "ratelimiter_failure_mode")
         ),
     ] = None,
+    global_limits: Annotated[
+        str | None,
+        typer.Option(
+            help=defaulted(
+                "global API and operation limits: exact (asked per request) or quota (assigned shares)",
+                AgentSettings,
+                "global_limits",
+            )
+        ),
+    ] = None,
     east_west_gateway: Annotated[
         str | None,
         typer.Option(
@@ -388,6 +398,7 @@ def agent(
         ratelimiter_address=ratelimiter_address,
         enforcer_failure_mode=enforcer_failure_mode,
         ratelimiter_failure_mode=ratelimiter_failure_mode,
+        global_limits=global_limits,
         east_west_gateway=east_west_gateway,
         allow_loopback_backends=allow_loopback_backends or None,
         envoy_admin_address=envoy_admin_address,

@@ -245,6 +245,7 @@ class RetryPolicy(BaseModel):
 
 
 FailureMode = Literal["open", "closed"]
+GlobalLimits = Literal["exact", "quota"]
 
 
 class AgentSettings(ProcessSettings):
@@ -323,6 +324,11 @@ class AgentSettings(ProcessSettings):
     )
     ratelimiter_failure_mode: FailureMode = Field(
         default="open", description="when the rate limiter cannot answer: open (let through) or closed"
+    )
+    global_limits: GlobalLimits = Field(
+        default="exact",
+        description="global API and operation limits: exact (the rate limiter asked per request) or quota "
+        "(each gateway enforces a share it is assigned, reporting its use: no call per request)",
     )
     east_west_gateway: Address | None = Field(
         default=None, description="where other clusters reach this cluster's services; reported with them"

@@ -40,3 +40,13 @@ PLAN_HEADER = "x-meshplane-plan"
 KEY_ID_HEADER = "x-meshplane-key-id"
 IDENTITY_HEADERS = (APPLICATION_HEADER, PLAN_HEADER, KEY_ID_HEADER)
 """Headers the gateway sets for the upstream; whatever a client sends under these names is dropped."""
+
+QUOTA_DOMAIN_API = "meshplane/api"
+QUOTA_DOMAIN_OPERATION = "meshplane/operation"
+"""The RLQS domains of API-wide and of operation limits: one quota stream each per gateway."""
+QUOTA_API_HEADER = "x-meshplane-quota-api"
+"""Set by a route whose API has a global limit enforced by quota: its `project/name`, the bucket's id."""
+QUOTA_OPERATION_HEADER = "x-meshplane-quota-operation"
+"""Set by a route whose operation has one: `project/name METHOD path` (API names hold no spaces)."""
+QUOTA_HEADERS = (QUOTA_API_HEADER, QUOTA_OPERATION_HEADER)
+"""Meant for the gateway's quota filters alone: dropped from what clients send, and before the upstream."""

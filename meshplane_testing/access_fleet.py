@@ -39,11 +39,14 @@ def data_plane(
     enforcer: bool = True,
     limiter: bool = True,
     keys_filter: Path | None = None,
+    global_limits: str = "exact",
 ) -> Iterator[tuple[AgentProcess, EnvoyProcess, dict[str, Any]]]:
     """An agent with its enforcer and rate limiter (each optional) and one Envoy; with `keys_filter` (its
-    .wasm) the gateway checks opaque keys itself."""
+    .wasm) the gateway checks opaque keys itself; `global_limits` as the agent's option."""
     ports = {"enforcer": free_port(), "ratelimiter": free_port()}
-    extra = ["--keys-filter", str(keys_filter)] if keys_filter is not None else []
+    extra = ["--global-limits", global_limits]
+    if keys_filter is not None:
+        extra += ["--keys-filter", str(keys_filter)]
     if enforcer:
         extra += ["--enforcer-address", f"127.0.0.1:{ports['enforcer']}"]
     if limiter:

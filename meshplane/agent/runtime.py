@@ -455,6 +455,7 @@ def gateway_settings(settings: AgentSettings) -> GatewaySettings:
         ratelimiter_address=settings.ratelimiter_address,
         enforcer_fail_open=settings.enforcer_failure_mode == "open",
         ratelimiter_fail_closed=settings.ratelimiter_failure_mode == "closed",
+        global_limits_by_quota=settings.global_limits == "quota",
         cluster_domain=settings.cluster_domain,
         jwks_ca_file=settings.jwks_ca_file,
         xff_num_trusted_hops=settings.xff_num_trusted_hops,

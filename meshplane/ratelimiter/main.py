@@ -12,6 +12,7 @@ from meshplane.dataplane import RATELIMIT_CONFIG_TYPE, RATELIMITER_NODE_CLUSTER
 from meshplane.observability.logging import get_logger
 from meshplane.ratelimiter.counters import Counters
 from meshplane.ratelimiter.memory import MemoryCounters
+from meshplane.ratelimiter.quota_service import QuotaService
 from meshplane.ratelimiter.redis_counters import RedisCounters
 from meshplane.ratelimiter.service import RateLimitService
 from meshplane.ratelimiter.settings import RateLimiterSettings, redacted
@@ -34,7 +35,7 @@ async def run_ratelimiter(settings: RateLimiterSettings, stop: asyncio.Event) ->
     """Serve until `stop` is set; the last configuration the agent sent stays in force while it is away."""
     table = LimitTable()
     counters = open_counters(settings)
-    server = CalloutServer(RateLimitService(table, counters).methods())
+    server = CalloutServer([*RateLimitService(table, counters).methods(), *QuotaService(table, counters).methods()])
     client = DeltaClient(
         # A fresh channel per attempt: no gRPC reconnect backoff stacked on the client's own.
         lambda: grpc.aio.insecure_channel(settings.xds_address, options=RECONNECT_CHANNEL_OPTIONS),

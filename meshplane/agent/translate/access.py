@@ -62,6 +62,7 @@ from meshplane.dataplane import (
     KEY_APPLICATION_UID_CLAIM,
     KEY_ID_HEADER,
     PLAN_HEADER,
+    QUOTA_HEADERS,
 )
 from meshplane.model.access import ApiKeyAuth, Cors, JwtAuth, JwtIssuer, KeyMode
 from meshplane.model.kinds import Operation
@@ -205,7 +206,7 @@ class AccessPlan:
         discovered filters hold defaults that fail closed: no provider (and every route that asks for one
         also requires its token in RBAC), and every key refused."""
         filters = [
-            _strip_identity(),
+            _strip_identity(quota_headers=self.settings.global_limits_by_quota),
             hcm_pb2.HttpFilter(name=CORS, typed_config=packed(cors_pb2.Cors())),
             discovered_filter(JWT, jwt_pb2.JwtAuthentication()),
         ]
@@ -428,9 +429,11 @@ def cors_policy(cors: Cors) -> cors_pb2.CorsPolicy:
     return policy
 
 
-def _strip_identity() -> hcm_pb2.HttpFilter:
+def _strip_identity(quota_headers: bool) -> hcm_pb2.HttpFilter:
+    """Drops what a client sent under the names the gateway sets itself (and, with quotas, names buckets in)."""
+    names = [*IDENTITY_HEADERS, *(QUOTA_HEADERS if quota_headers else ())]
     mutations = header_mutation_pb2.Mutations(
-        request_mutations=[mutation_rules_pb2.HeaderMutation(remove=name) for name in IDENTITY_HEADERS]
+        request_mutations=[mutation_rules_pb2.HeaderMutation(remove=name) for name in names]
     )
     return hcm_pb2.HttpFilter(
         name=HEADER_MUTATION, typed_config=packed(header_mutation_pb2.HeaderMutation(mutations=mutations))

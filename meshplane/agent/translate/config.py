@@ -34,6 +34,9 @@ class GatewaySettings:
     """host:port of the rate limiter; None: global limits are not enforced here (local ones are)."""
     enforcer_fail_open: bool = False
     """Let requests through when the enforcer cannot answer (default: refuse them, 503)."""
+    global_limits_by_quota: bool = False
+    """Global API-wide and operation limits enforced by quotas the rate limiter assigns each gateway (RLQS, see
+    `quotas`) instead of a call per request; per-application ones still ask it per request."""
     ratelimiter_fail_closed: bool = False
     """Refuse requests when the rate limiter cannot answer (default: let them through, Envoy's convention)."""
     cluster_domain: str = "cluster.local"

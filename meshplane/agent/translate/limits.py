@@ -38,12 +38,15 @@ from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
 from meshplane.agent.translate.entitlements import Entitlements
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
+from meshplane.agent.translate.quotas import name_buckets, quota_filters
 from meshplane.dataplane import (
     APPLICATION_HEADER,
     DESCRIPTOR_API,
     DESCRIPTOR_APPLICATION,
     DESCRIPTOR_OPERATION,
     PLAN_HEADER,
+    QUOTA_API_HEADER,
+    QUOTA_OPERATION_HEADER,
     RATELIMIT_DOMAIN,
 )
 from meshplane.model.access import KeyMode, LimitScope, RateLimit, RateUnit
@@ -175,6 +178,8 @@ class LimitPlan:
     def filters(self) -> list[hcm_pb2.HttpFilter]:
         """From the settings alone; until its config arrives the local filter holds no bucket."""
         filters = [discovered_filter(LOCAL_RATELIMIT, _local_filter([]))]
+        if self.settings.ratelimiter_address is not None and self.settings.global_limits_by_quota:
+            filters += quota_filters(RATELIMITER_CLUSTER, self.settings.ratelimiter_fail_closed)
         if self.settings.ratelimiter_address is not None:
             filters.append(hcm_pb2.HttpFilter(name=GLOBAL_RATELIMIT, typed_config=packed(self._global_filter())))
         return filters
@@ -215,24 +220,37 @@ class LimitPlan:
             ),
         )
 
-    def decorate(self, api: Api, op: Operation | None, action: route_components_pb2.RouteAction) -> None:
-        """The descriptors a route's requests produce, for each scope that limits its API."""
+    def decorate(self, api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
+        """The descriptors a route's requests produce, for each scope that limits its API (with quotas, the
+        buckets its requests name instead, for the global API-wide and operation limits)."""
+        action = route.route
         scopes = [(LOCAL_STAGE, self.local.get(api.key))]
         if self.enforces_global:
             scopes.append((GLOBAL_STAGE, self.shared.get(api.key)))
         for stage, limits in scopes:
             if not limits:
                 continue
+            by_quota = stage == GLOBAL_STAGE and self.settings.global_limits_by_quota
+            buckets: dict[str, str] = {}
             name = _generic(DESCRIPTOR_API, f"{api.project}/{api.name}")
-            if limits.api is not None:
+            if limits.api is not None and by_quota:
+                buckets[QUOTA_API_HEADER] = f"{api.project}/{api.name}"
+            elif limits.api is not None:
                 action.rate_limits.append(
                     route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name])
                 )
             if op is not None and (op.method.value, op.path) in limits.operations:
-                what = _generic(DESCRIPTOR_OPERATION, f"{op.method.value} {op.path}")
-                action.rate_limits.append(
-                    route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, what])
-                )
+                operation = f"{op.method.value} {op.path}"
+                if by_quota:
+                    buckets[QUOTA_OPERATION_HEADER] = f"{api.project}/{api.name} {operation}"
+                else:
+                    what = _generic(DESCRIPTOR_OPERATION, operation)
+                    action.rate_limits.append(
+                        route_components_pb2.RateLimit(
+                            stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, what]
+                        )
+                    )
+            name_buckets(route, buckets)
             caller = self.identity.get(api.key)
             per_caller = limits.plans if stage == LOCAL_STAGE else limits.applications
             if caller is not None and per_caller:

@@ -134,7 +134,7 @@ def translate_apis(
     def checks(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         access.decorate(api, op, route)
         if route.HasField("route"):
-            limits.decorate(api, op, route.route)
+            limits.decorate(api, op, route)
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
         name_route(api, op, route)

@@ -1,0 +1,122 @@
+"""Global limits enforced by quota (Envoy's rate_limit_quota filter, RLQS): no call per request.
+
+The rate limiter assigns each gateway, per limited API or operation, a token bucket holding its share of the
+limit's window, and each gateway reports what it let through and refused every 5 s (Envoy's fixed period).
+The filter has no per-route config in this Envoy, so a route names its bucket in a request header
+(`QUOTA_HEADERS`) that header_mutation sets per route: the first header_mutation drops what a client sent
+under those names, the quota filters read it, and the route drops it before the upstream. A request whose
+route sets no such header matches no bucket and is neither limited nor reported.
+
+Until the limiter's first assignment for a bucket, and once an assignment runs out unrenewed (the limiter
+away past its window), the gateway follows the limiter failure mode: let through (open) or refuse (closed).
+"""
+
+from __future__ import annotations
+
+from envoy.config.common.mutation_rules.v3 import mutation_rules_pb2
+from envoy.config.core.v3 import base_pb2, extension_pb2, grpc_service_pb2
+from envoy.config.route.v3 import route_components_pb2
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
+from envoy.extensions.filters.http.rate_limit_quota.v3 import rate_limit_quota_pb2 as rlq_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import http_connection_manager_pb2 as hcm_pb2
+from envoy.type.matcher.v3 import http_inputs_pb2
+from envoy.type.v3 import http_status_pb2, ratelimit_strategy_pb2
+from google.protobuf import duration_pb2
+from xds.core.v3 import extension_pb2 as xds_extension_pb2
+from xds.type.matcher.v3 import matcher_pb2, regex_pb2, string_pb2
+
+from meshplane.agent.translate.common import packed
+from meshplane.dataplane import (
+    DESCRIPTOR_API,
+    DESCRIPTOR_OPERATION,
+    QUOTA_API_HEADER,
+    QUOTA_DOMAIN_API,
+    QUOTA_DOMAIN_OPERATION,
+    QUOTA_OPERATION_HEADER,
+)
+
+QUOTA_FILTER = "envoy.filters.http.rate_limit_quota"
+HEADER_MUTATION = "envoy.filters.http.header_mutation"
+QUOTA_FILTERS = {
+    f"{QUOTA_FILTER}.api": (QUOTA_DOMAIN_API, DESCRIPTOR_API, QUOTA_API_HEADER),
+    f"{QUOTA_FILTER}.operation": (QUOTA_DOMAIN_OPERATION, DESCRIPTOR_OPERATION, QUOTA_OPERATION_HEADER),
+}
+"""Filter name -> (its RLQS domain, the bucket id's key, the header holding its value)."""
+REPORTING_INTERVAL = duration_pb2.Duration(seconds=5)
+"""What this Envoy reports at whatever is asked; said, so the config reads true."""
+_STRATEGY = ratelimit_strategy_pb2.RateLimitStrategy
+
+
+def quota_filters(cluster: str, fail_closed: bool) -> list[hcm_pb2.HttpFilter]:
+    """The quota filters, one per domain, asking the rate limiter at `cluster`."""
+    return [
+        hcm_pb2.HttpFilter(name=name, typed_config=packed(_filter_config(cluster, domain, key, header, fail_closed)))
+        for name, (domain, key, header) in QUOTA_FILTERS.items()
+    ]
+
+
+def _filter_config(
+    cluster: str, domain: str, key: str, header: str, fail_closed: bool
+) -> rlq_pb2.RateLimitQuotaFilterConfig:
+    named = extension_pb2.TypedExtensionConfig(
+        name=header, typed_config=packed(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header))
+    )
+    builder = rlq_pb2.RateLimitQuotaBucketSettings.BucketIdBuilder
+    unassigned = _STRATEGY(blanket_rule=_STRATEGY.DENY_ALL if fail_closed else _STRATEGY.ALLOW_ALL)
+    settings = rlq_pb2.RateLimitQuotaBucketSettings(
+        bucket_id_builder=builder(bucket_id_builder={key: builder.ValueBuilder(custom_value=named)}),
+        reporting_interval=REPORTING_INTERVAL,
+        deny_response_settings=rlq_pb2.RateLimitQuotaBucketSettings.DenyResponseSettings(
+            http_status=http_status_pb2.HttpStatus(code=429)  # type: ignore[arg-type]
+        ),
+        no_assignment_behavior=rlq_pb2.RateLimitQuotaBucketSettings.NoAssignmentBehavior(
+            fallback_rate_limit=unassigned
+        ),
+    )
+    present = matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
+        input=xds_extension_pb2.TypedExtensionConfig(name=named.name, typed_config=named.typed_config),
+        value_match=string_pb2.StringMatcher(
+            safe_regex=regex_pb2.RegexMatcher(google_re2=regex_pb2.RegexMatcher.GoogleRE2(), regex=".+")
+        ),
+    )
+    bucket = matcher_pb2.Matcher.OnMatch(
+        action=xds_extension_pb2.TypedExtensionConfig(name="bucket", typed_config=packed(settings))
+    )
+    matcher = matcher_pb2.Matcher(
+        matcher_list=matcher_pb2.Matcher.MatcherList(
+            matchers=[
+                matcher_pb2.Matcher.MatcherList.FieldMatcher(
+                    predicate=matcher_pb2.Matcher.MatcherList.Predicate(single_predicate=present), on_match=bucket
+                )
+            ]
+        )
+    )
+    return rlq_pb2.RateLimitQuotaFilterConfig(
+        rlqs_server=grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=cluster)
+        ),
+        domain=domain,
+        bucket_matchers=matcher,
+    )
+
+
+def name_buckets(route: route_components_pb2.Route, buckets: dict[str, str]) -> None:
+    """Make the route's requests name `buckets` (quota header -> bucket id value) for the quota filters,
+    and drop those headers before the upstream."""
+    if not buckets:
+        return
+    overwrite = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+    mutations = header_mutation_pb2.Mutations(
+        request_mutations=[
+            mutation_rules_pb2.HeaderMutation(
+                append=base_pb2.HeaderValueOption(
+                    header=base_pb2.HeaderValue(key=header, value=value), append_action=overwrite
+                )
+            )
+            for header, value in sorted(buckets.items())
+        ]
+    )
+    route.typed_per_filter_config[HEADER_MUTATION].CopyFrom(
+        packed(header_mutation_pb2.HeaderMutationPerRoute(mutations=mutations))
+    )
+    route.request_headers_to_remove.extend(sorted(buckets))

@@ -1,0 +1,130 @@
+"""Global limits by quota: each gateway enforces the share of a window the rate limiter assigned it, and no
+request asks the rate limiter (Envoy's rate_limit_quota filter, RLQS).
+
+Real processes on loopback: the server, two clusters each with an agent (`--global-limits quota`), its rate
+limiter and one Envoy, both limiters counting in one real Redis, and an upstream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from meshplane_testing import documents
+from meshplane_testing.access_fleet import data_plane
+from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.gateway import Gateway, status
+from meshplane_testing.meshplane import run_server
+from meshplane_testing.north import put
+from meshplane_testing.redis import RedisServer
+from meshplane_testing.upstream import run_upstream
+
+pytestmark = [pytest.mark.envoy, pytest.mark.timeout(120)]
+
+PER_MINUTE = {"unit": "minute", "scope": "global"}
+
+
+@dataclass
+class Fleet:
+    api: httpx.Client
+    gateways: list[Gateway]
+    envoys: list[EnvoyProcess]
+    upstream: int
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, redis_server: RedisServer) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("quota")
+    with (
+        run_upstream("quota") as (port, _),
+        run_server(tmp) as server,
+        data_plane(tmp, server, "east", redis_server, enforcer=False, global_limits="quota") as (east, east_envoy, _),
+        data_plane(tmp, server, "west", redis_server, enforcer=False, global_limits="quota") as (west, west_envoy, _),
+        server.http() as api,
+    ):
+        gateways = [Gateway(east.gateway_port), Gateway(west.gateway_port)]
+        yield Fleet(api, gateways, [east_envoy, west_envoy], port)
+        for gateway in gateways:
+            gateway.close()
+
+
+def in_one_minute() -> None:
+    """Keep what follows inside one minute's window: the counts start again at the top of the minute."""
+    if time.time() % 60 > 45:
+        time.sleep(60.5 - time.time() % 60)
+
+
+def answers(gateway: Gateway, path: str, count: int) -> list[int]:
+    return [gateway.request("GET", path).status_code for _ in range(count)]
+
+
+def test_an_api_limit_lets_its_requests_through_then_429_without_asking_per_request(fleet: Fleet) -> None:
+    put(
+        fleet.api,
+        documents.api(
+            "whole", backends=[documents.backend(fleet.upstream)], rateLimit={"requestsPerUnit": 5, **PER_MINUTE}
+        ),
+    )
+    gateway = fleet.gateways[0]
+    in_one_minute()
+    gateway.wait_for("/whole/x", status(200), timeout=30)  # the first: before any grant, counted against the window
+    time.sleep(0.5)  # its grant arrives
+
+    seen = answers(gateway, "/whole/x", 8)
+
+    assert seen == [200] * 4 + [429] * 4, seen
+    code, stats = fleet.envoys[0].admin("/stats?filter=^cluster.meshplane.ratelimiter.upstream_rq_total$")
+    assert code == 200
+    calls = int(stats.split(": ")[1])
+    assert 1 <= calls <= 2, f"{calls} calls to the rate limiter for 9 requests: one quota stream a domain is all"
+
+
+def test_an_operation_limit_holds_on_its_operation_alone(fleet: Fleet) -> None:
+    operations = [
+        {"method": "GET", "path": "/items", "rateLimit": {"requestsPerUnit": 3, **PER_MINUTE}},
+        {"method": "GET", "path": "/other"},
+    ]
+    put(fleet.api, documents.api("ops", backends=[documents.backend(fleet.upstream)], operations=operations))
+    gateway = fleet.gateways[0]
+    in_one_minute()
+    gateway.wait_for("/ops/items", status(200), timeout=30)
+    time.sleep(0.5)
+
+    assert answers(gateway, "/ops/items", 4) == [200, 200, 429, 429]
+    assert answers(gateway, "/ops/other", 4) == [200] * 4
+
+
+def test_two_gateways_share_one_limit_and_overshoot_by_at_most_their_first_requests(fleet: Fleet) -> None:
+    limit = 10
+    put(
+        fleet.api,
+        documents.api(
+            "shared", backends=[documents.backend(fleet.upstream)], rateLimit={"requestsPerUnit": limit, **PER_MINUTE}
+        ),
+    )
+    in_one_minute()
+    for gateway in fleet.gateways:
+        gateway.wait_for("/shared/x", status(200), timeout=30)
+    time.sleep(0.5)
+
+    seen = [code for _ in range(10) for gateway in fleet.gateways for code in answers(gateway, "/shared/x", 1)]
+
+    allowed = seen.count(200) + len(fleet.gateways)  # with each gateway's first
+    assert limit <= allowed <= limit + len(fleet.gateways), seen
+    assert seen.count(429) == len(seen) - seen.count(200)
+
+
+def test_a_bucket_header_sent_by_a_client_is_not_believed(fleet: Fleet) -> None:
+    put(fleet.api, documents.api("free", backends=[documents.backend(fleet.upstream)]))
+    gateway = fleet.gateways[0]
+    gateway.wait_for("/free/x", status(200), timeout=30)
+    spent = {"x-meshplane-quota-api": "default/whole"}
+
+    seen = [gateway.request("GET", "/free/x", spent) for _ in range(5)]
+
+    assert [r.status_code for r in seen] == [200] * 5
+    assert "x-meshplane-quota-api" not in seen[0].json()["headers"]

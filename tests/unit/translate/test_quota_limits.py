@@ -1,0 +1,69 @@
+"""Global limits by quota as the translator compiles them: quota filters in the chain, buckets named per route."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
+
+from meshplane.agent.translate import translate_apis
+from meshplane_testing.envoy import validate
+from meshplane_testing.static_bootstrap import static_bootstrap
+from tests.unit.translate.test_access import NOW, SERVICES, api, backend, entitlements, filter_names, manager, routes
+
+BY_QUOTA = replace(SERVICES, global_limits_by_quota=True)
+GLOBAL = {"requestsPerUnit": 100, "unit": "minute", "scope": "global"}
+
+
+def limited() -> object:
+    operations = [{"method": "GET", "path": "/items", "rateLimit": {**GLOBAL, "requestsPerUnit": 5}}]
+    return api("orders", basePath="/orders", backends=[backend()], rateLimit=GLOBAL, operations=operations)
+
+
+def test_the_quota_filters_follow_the_local_one_and_the_limiter_is_still_there_for_callers() -> None:
+    config = translate_apis([limited()], BY_QUOTA, entitlements(), NOW)
+
+    names = filter_names(config)
+    local = names.index("envoy.filters.http.local_ratelimit")
+    assert names[local + 1 : local + 4] == [
+        "envoy.filters.http.rate_limit_quota.api",
+        "envoy.filters.http.rate_limit_quota.operation",
+        "envoy.filters.http.ratelimit",
+    ]
+    stripped = [m.remove for m in _strip(config).mutations.request_mutations]
+    assert {"x-meshplane-quota-api", "x-meshplane-quota-operation"} <= set(stripped)
+
+
+def test_a_limited_route_names_its_buckets_and_asks_no_descriptor_of_the_limiter() -> None:
+    config = translate_apis([limited()], BY_QUOTA, entitlements(), NOW)
+
+    route = routes(config)["shop/orders GET /items"]
+    assert [limit.stage.value for limit in route.route.rate_limits] == []
+    named = header_mutation_pb2.HeaderMutationPerRoute()
+    assert route.typed_per_filter_config["envoy.filters.http.header_mutation"].Unpack(named)
+    headers = {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+    assert headers == {
+        "x-meshplane-quota-api": "shop/orders",
+        "x-meshplane-quota-operation": "shop/orders GET /items",
+    }
+    assert sorted(route.request_headers_to_remove) == sorted(headers)
+
+
+def test_without_quotas_nothing_changes() -> None:
+    config = translate_apis([limited()], SERVICES, entitlements(), NOW)
+
+    assert not [name for name in filter_names(config) if "rate_limit_quota" in name]
+    assert "envoy.filters.http.header_mutation" not in routes(config)["shop/orders GET /items"].typed_per_filter_config
+
+
+def test_envoy_accepts_the_quota_filters_and_bucket_names(tmp_path: Path) -> None:
+    accepted, output = validate(tmp_path, static_bootstrap(translate_apis([limited()], BY_QUOTA, entitlements(), NOW)))
+    assert accepted, output
+
+
+def _strip(config: object) -> header_mutation_pb2.HeaderMutation:
+    (first,) = [f for f in manager(config).http_filters if f.name == "envoy.filters.http.header_mutation"]  # type: ignore[arg-type]
+    unpacked = header_mutation_pb2.HeaderMutation()
+    first.typed_config.Unpack(unpacked)
+    return unpacked
