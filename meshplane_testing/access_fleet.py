@@ -40,11 +40,13 @@ def data_plane(
     limiter: bool = True,
     keys_filter: Path | None = None,
     global_limits: str = "exact",
+    failure_mode: str = "open",
 ) -> Iterator[tuple[AgentProcess, EnvoyProcess, dict[str, Any]]]:
     """An agent with its enforcer and rate limiter (each optional) and one Envoy; with `keys_filter` (its
-    .wasm) the gateway checks opaque keys itself; `global_limits` as the agent's option."""
+    .wasm) the gateway checks opaque keys itself; `global_limits` and the rate limiter's `failure_mode` as the
+    agent's options."""
     ports = {"enforcer": free_port(), "ratelimiter": free_port()}
-    extra = ["--global-limits", global_limits]
+    extra = ["--global-limits", global_limits, "--ratelimiter-failure-mode", failure_mode]
     if keys_filter is not None:
         extra += ["--keys-filter", str(keys_filter)]
     if enforcer:

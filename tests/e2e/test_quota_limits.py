@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,8 +18,9 @@ import pytest
 from meshplane_testing import documents
 from meshplane_testing.access_fleet import data_plane
 from meshplane_testing.envoy import EnvoyProcess
+from meshplane_testing.eventually import eventually
 from meshplane_testing.gateway import Gateway, status
-from meshplane_testing.meshplane import run_server
+from meshplane_testing.meshplane import run_ratelimiter, run_server
 from meshplane_testing.north import put
 from meshplane_testing.redis import RedisServer
 from meshplane_testing.upstream import run_upstream
@@ -128,3 +130,61 @@ def test_a_bucket_header_sent_by_a_client_is_not_believed(fleet: Fleet) -> None:
 
     assert [r.status_code for r in seen] == [200] * 5
     assert "x-meshplane-quota-api" not in seen[0].json()["headers"]
+
+
+def test_a_per_second_limit_is_granted_again_each_second(fleet: Fleet) -> None:
+    put(
+        fleet.api,
+        documents.api(
+            "brisk",
+            backends=[documents.backend(fleet.upstream)],
+            rateLimit={"requestsPerUnit": 3, "unit": "second", "scope": "global"},
+        ),
+    )
+    gateway = fleet.gateways[0]
+    gateway.wait_for("/brisk/x", status(200), timeout=30)
+    time.sleep(1.1)  # a whole window under grants
+    begun = time.time()
+    stamped = []
+    while time.time() - begun < 3.0:
+        stamped.append((time.time(), gateway.request("GET", "/brisk/x").status_code))
+        time.sleep(0.02)
+
+    allowed = [at for at, code in stamped if code == 200]
+    windows = {int(at) for at, _ in stamped}
+    assert len(allowed) <= 3 * len(windows), stamped
+    assert {int(at) for at in allowed} >= windows - {min(windows)}, "a window went without its grant"
+    assert len(stamped) - len(allowed) > len(stamped) // 2, "the limit did not hold"
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("open", 200), ("closed", 429)])
+def test_the_limiter_away_a_gateway_follows_the_failure_mode_and_its_return_brings_grants_back(
+    tmp_path: Path, redis_server: RedisServer, mode: str, expected: int
+) -> None:
+    with (
+        run_upstream("quota") as (port, _),
+        run_server(tmp_path) as server,
+        data_plane(
+            tmp_path, server, "edge", redis_server, enforcer=False, global_limits="quota", failure_mode=mode
+        ) as (agent, _, services),
+        server.http() as api,
+    ):
+        limit = {"requestsPerUnit": 2, "unit": "second", "scope": "global"}
+        put(api, documents.api("spent", backends=[documents.backend(port)], rateLimit=limit))
+        gateway = Gateway(agent.gateway_port)
+        gateway.wait_for("/spent/x", status(429), timeout=30)
+        limiter = services["ratelimiter"]
+
+        limiter.process.stop()
+
+        # Its last grant runs out 2 s past its window; then the failure mode holds, for every request.
+        gateway.wait_for("/spent/x", status(expected), timeout=10)
+        assert [gateway.request("GET", "/spent/x").status_code for _ in range(5)] == [expected] * 5
+        with run_ratelimiter(tmp_path, agent.xds_port, redis_server.url, name="ratelimiter-back", port=limiter.port):
+            # Envoy opens the stream again at its next report (5 s): grants, and the limit, are back.
+            def granted_and_limited() -> bool:
+                burst = {gateway.request("GET", "/spent/x").status_code for _ in range(8)}
+                return burst == {200, 429}
+
+            eventually(granted_and_limited, timeout=20, what="grants and the limit back")
+        gateway.close()

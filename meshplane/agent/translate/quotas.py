@@ -44,6 +44,8 @@ QUOTA_FILTERS = {
 """Filter name -> (its RLQS domain, the bucket id's key, the header holding its value)."""
 REPORTING_INTERVAL = duration_pb2.Duration(seconds=5)
 """What this Envoy reports at whatever is asked; said, so the config reads true."""
+NO_EXPIRY = 10 * 365 * 86_400
+"""Seconds the failure mode holds once a grant ran out unrenewed: until the limiter grants again."""
 _STRATEGY = ratelimit_strategy_pb2.RateLimitStrategy
 
 
@@ -71,6 +73,11 @@ def _filter_config(
         ),
         no_assignment_behavior=rlq_pb2.RateLimitQuotaBucketSettings.NoAssignmentBehavior(
             fallback_rate_limit=unassigned
+        ),
+        # Unset, Envoy ends the fallback at once and the bucket goes back to its expired grant's last state.
+        expired_assignment_behavior=rlq_pb2.RateLimitQuotaBucketSettings.ExpiredAssignmentBehavior(
+            expired_assignment_behavior_timeout=duration_pb2.Duration(seconds=NO_EXPIRY),
+            fallback_rate_limit=unassigned,
         ),
     )
     present = matcher_pb2.Matcher.MatcherList.Predicate.SinglePredicate(
