@@ -74,7 +74,7 @@ def test_an_api_limit_lets_its_requests_through_then_429_without_asking_per_requ
     gateway = fleet.gateways[0]
     in_one_minute()
     gateway.wait_for("/whole/x", status(200), timeout=30)  # the first: before any grant, counted against the window
-    time.sleep(0.5)  # its grant arrives
+    time.sleep(1.0)  # its grant arrives (a round trip; what passes before it is overshoot)
 
     seen = answers(gateway, "/whole/x", 8)
 
@@ -94,7 +94,7 @@ def test_an_operation_limit_holds_on_its_operation_alone(fleet: Fleet) -> None:
     gateway = fleet.gateways[0]
     in_one_minute()
     gateway.wait_for("/ops/items", status(200), timeout=30)
-    time.sleep(0.5)
+    time.sleep(1.0)
 
     assert answers(gateway, "/ops/items", 4) == [200, 200, 429, 429]
     assert answers(gateway, "/ops/other", 4) == [200] * 4
@@ -111,7 +111,7 @@ def test_two_gateways_share_one_limit_and_overshoot_by_at_most_their_first_reque
     in_one_minute()
     for gateway in fleet.gateways:
         gateway.wait_for("/shared/x", status(200), timeout=30)
-    time.sleep(0.5)
+    time.sleep(1.0)
 
     seen = [code for _ in range(10) for gateway in fleet.gateways for code in answers(gateway, "/shared/x", 1)]
 
@@ -153,7 +153,8 @@ def test_a_per_second_limit_is_granted_again_each_second(fleet: Fleet) -> None:
     allowed = [at for at, code in stamped if code == 200]
     windows = {int(at) for at, _ in stamped}
     assert len(allowed) <= 3 * len(windows), stamped
-    assert {int(at) for at in allowed} >= windows - {min(windows)}, "a window went without its grant"
+    # The first and last windows are partly outside the run; every one between has its grant.
+    assert {int(at) for at in allowed} >= windows - {min(windows), max(windows)}, "a window went without its grant"
     assert len(stamped) - len(allowed) > len(stamped) // 2, "the limit did not hold"
 
 
