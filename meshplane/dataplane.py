@@ -43,10 +43,15 @@ IDENTITY_HEADERS = (APPLICATION_HEADER, PLAN_HEADER, KEY_ID_HEADER)
 
 QUOTA_DOMAIN_API = "meshplane/api"
 QUOTA_DOMAIN_OPERATION = "meshplane/operation"
-"""The RLQS domains of API-wide and of operation limits: one quota stream each per gateway."""
+QUOTA_DOMAIN_APPLICATION = "meshplane/application"
+"""The RLQS domains of API-wide, operation and per-application limits: one quota stream each per gateway."""
 QUOTA_API_HEADER = "x-meshplane-quota-api"
 """Set by a route whose API has a global limit enforced by quota: its `project/name`, the bucket's id."""
 QUOTA_OPERATION_HEADER = "x-meshplane-quota-operation"
 """Set by a route whose operation has one: `project/name METHOD path` (API names hold no spaces)."""
-QUOTA_HEADERS = (QUOTA_API_HEADER, QUOTA_OPERATION_HEADER)
+QUOTA_CALLER_API_HEADER = "x-meshplane-quota-caller-api"
+QUOTA_CALLER_HEADER = "x-meshplane-quota-caller"
+"""Set by a route whose API has per-application global limits: its `project/name`, and the verified caller
+as the limits name it (empty, so no bucket, for a request with no verified caller)."""
+QUOTA_HEADERS = (QUOTA_API_HEADER, QUOTA_OPERATION_HEADER, QUOTA_CALLER_API_HEADER, QUOTA_CALLER_HEADER)
 """Meant for the gateway's quota filters alone: dropped from what clients send, and before the upstream."""

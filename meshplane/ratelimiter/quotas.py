@@ -25,8 +25,10 @@ from google.protobuf import duration_pb2, wrappers_pb2
 
 from meshplane.dataplane import (
     DESCRIPTOR_API,
+    DESCRIPTOR_APPLICATION,
     DESCRIPTOR_OPERATION,
     QUOTA_DOMAIN_API,
+    QUOTA_DOMAIN_APPLICATION,
     QUOTA_DOMAIN_OPERATION,
     RATELIMIT_DOMAIN,
 )
@@ -52,6 +54,11 @@ def descriptor_entries(quota_domain: str, bucket: dict[str, str]) -> list[_Entry
     """The rate-limit descriptor a bucket stands for (see `translate.quotas`), or None for one it cannot."""
     if quota_domain == QUOTA_DOMAIN_API and set(bucket) == {DESCRIPTOR_API}:
         return [_Entry(DESCRIPTOR_API, bucket[DESCRIPTOR_API])]
+    if quota_domain == QUOTA_DOMAIN_APPLICATION and set(bucket) == {DESCRIPTOR_API, DESCRIPTOR_APPLICATION}:
+        return [
+            _Entry(DESCRIPTOR_API, bucket[DESCRIPTOR_API]),
+            _Entry(DESCRIPTOR_APPLICATION, bucket[DESCRIPTOR_APPLICATION]),
+        ]
     if quota_domain == QUOTA_DOMAIN_OPERATION and set(bucket) == {DESCRIPTOR_OPERATION}:
         api, _, operation = bucket[DESCRIPTOR_OPERATION].partition(" ")
         return [_Entry(DESCRIPTOR_API, api), _Entry(DESCRIPTOR_OPERATION, operation)] if operation else None

@@ -46,6 +46,8 @@ from meshplane.dataplane import (
     DESCRIPTOR_OPERATION,
     PLAN_HEADER,
     QUOTA_API_HEADER,
+    QUOTA_CALLER_API_HEADER,
+    QUOTA_CALLER_HEADER,
     QUOTA_OPERATION_HEADER,
     RATELIMIT_DOMAIN,
 )
@@ -94,15 +96,26 @@ class Caller:
 
     application: route_components_pb2.RateLimit.Action
     plan: route_components_pb2.RateLimit.Action
+    formatted: str
+    """The application as an Envoy format string (empty when there is none), for quota buckets."""
 
     @classmethod
     def in_metadata(cls, application: tuple[str, list[str]], plan: tuple[str, list[str]]) -> Caller:
         """Each as (filter namespace, path)."""
-        return cls(_from_metadata(DESCRIPTOR_APPLICATION, *application), _from_metadata(DESCRIPTOR_PLAN, *plan))
+        namespace, path = application
+        return cls(
+            _from_metadata(DESCRIPTOR_APPLICATION, *application),
+            _from_metadata(DESCRIPTOR_PLAN, *plan),
+            f"%DYNAMIC_METADATA({namespace}:{':'.join(path)})%",
+        )
 
     @classmethod
     def in_headers(cls) -> Caller:
-        return cls(_from_header(DESCRIPTOR_APPLICATION, APPLICATION_HEADER), _from_header(DESCRIPTOR_PLAN, PLAN_HEADER))
+        return cls(
+            _from_header(DESCRIPTOR_APPLICATION, APPLICATION_HEADER),
+            _from_header(DESCRIPTOR_PLAN, PLAN_HEADER),
+            f"%REQ({APPLICATION_HEADER})%",
+        )
 
 
 @dataclass
@@ -180,7 +193,7 @@ class LimitPlan:
         filters = [discovered_filter(LOCAL_RATELIMIT, _local_filter([]))]
         if self.settings.ratelimiter_address is not None and self.settings.global_limits_by_quota:
             filters += quota_filters(RATELIMITER_CLUSTER, self.settings.ratelimiter_fail_closed)
-        if self.settings.ratelimiter_address is not None:
+        elif self.settings.ratelimiter_address is not None:
             filters.append(hcm_pb2.HttpFilter(name=GLOBAL_RATELIMIT, typed_config=packed(self._global_filter())))
         return filters
 
@@ -250,16 +263,19 @@ class LimitPlan:
                             stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, what]
                         )
                     )
-            name_buckets(route, buckets)
             caller = self.identity.get(api.key)
             per_caller = limits.plans if stage == LOCAL_STAGE else limits.applications
-            if caller is not None and per_caller:
+            callers = {}
+            if caller is not None and per_caller and by_quota:
+                callers = {QUOTA_CALLER_API_HEADER: f"{api.project}/{api.name}", QUOTA_CALLER_HEADER: caller.formatted}
+            elif caller is not None and per_caller:
                 plan = [caller.plan] if stage == LOCAL_STAGE else []
                 action.rate_limits.append(
                     route_components_pb2.RateLimit(
                         stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, *plan, caller.application]
                     )
                 )
+            name_buckets(route, buckets, callers)
 
     def ratelimit_config(self) -> rls_conf_pb2.RateLimitConfig:
         """Every global limit of this cluster, for the rate limiter (one domain, one tree)."""

@@ -28,20 +28,32 @@ from xds.type.matcher.v3 import matcher_pb2, regex_pb2, string_pb2
 from meshplane.agent.translate.common import packed
 from meshplane.dataplane import (
     DESCRIPTOR_API,
+    DESCRIPTOR_APPLICATION,
     DESCRIPTOR_OPERATION,
     QUOTA_API_HEADER,
+    QUOTA_CALLER_API_HEADER,
+    QUOTA_CALLER_HEADER,
     QUOTA_DOMAIN_API,
+    QUOTA_DOMAIN_APPLICATION,
     QUOTA_DOMAIN_OPERATION,
     QUOTA_OPERATION_HEADER,
 )
 
 QUOTA_FILTER = "envoy.filters.http.rate_limit_quota"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
+CALLERS = "meshplane.callers"
+"""A header_mutation after the credential checks: per route, it names the verified caller for the
+per-application quota filter (from the metadata or header that check left; see `limits.Caller`)."""
 QUOTA_FILTERS = {
-    f"{QUOTA_FILTER}.api": (QUOTA_DOMAIN_API, DESCRIPTOR_API, QUOTA_API_HEADER),
-    f"{QUOTA_FILTER}.operation": (QUOTA_DOMAIN_OPERATION, DESCRIPTOR_OPERATION, QUOTA_OPERATION_HEADER),
+    f"{QUOTA_FILTER}.api": (QUOTA_DOMAIN_API, {DESCRIPTOR_API: QUOTA_API_HEADER}),
+    f"{QUOTA_FILTER}.operation": (QUOTA_DOMAIN_OPERATION, {DESCRIPTOR_OPERATION: QUOTA_OPERATION_HEADER}),
+    f"{QUOTA_FILTER}.application": (
+        QUOTA_DOMAIN_APPLICATION,
+        {DESCRIPTOR_API: QUOTA_CALLER_API_HEADER, DESCRIPTOR_APPLICATION: QUOTA_CALLER_HEADER},
+    ),
 }
-"""Filter name -> (its RLQS domain, the bucket id's key, the header holding its value)."""
+"""Filter name -> (its RLQS domain, the bucket id: key -> the header holding its value; the last header
+must be there and not empty for a request to fall in a bucket)."""
 REPORTING_INTERVAL = duration_pb2.Duration(seconds=5)
 """What this Envoy reports at whatever is asked; said, so the config reads true."""
 NO_EXPIRY = 10 * 365 * 86_400
@@ -50,23 +62,34 @@ _STRATEGY = ratelimit_strategy_pb2.RateLimitStrategy
 
 
 def quota_filters(cluster: str, fail_closed: bool) -> list[hcm_pb2.HttpFilter]:
-    """The quota filters, one per domain, asking the rate limiter at `cluster`."""
-    return [
-        hcm_pb2.HttpFilter(name=name, typed_config=packed(_filter_config(cluster, domain, key, header, fail_closed)))
-        for name, (domain, key, header) in QUOTA_FILTERS.items()
+    """The quota filters, one per domain, asking the rate limiter at `cluster`, and before the per-application
+    one the header_mutation naming callers."""
+    filters = [
+        hcm_pb2.HttpFilter(name=name, typed_config=packed(_filter_config(cluster, domain, headers, fail_closed)))
+        for name, (domain, headers) in QUOTA_FILTERS.items()
     ]
+    callers = hcm_pb2.HttpFilter(name=CALLERS, typed_config=packed(header_mutation_pb2.HeaderMutation()))
+    return [*filters[:-1], callers, filters[-1]]
+
+
+def _header_input(header: str) -> extension_pb2.TypedExtensionConfig:
+    return extension_pb2.TypedExtensionConfig(
+        name=header, typed_config=packed(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header))
+    )
 
 
 def _filter_config(
-    cluster: str, domain: str, key: str, header: str, fail_closed: bool
+    cluster: str, domain: str, headers: dict[str, str], fail_closed: bool
 ) -> rlq_pb2.RateLimitQuotaFilterConfig:
-    named = extension_pb2.TypedExtensionConfig(
-        name=header, typed_config=packed(http_inputs_pb2.HttpRequestHeaderMatchInput(header_name=header))
-    )
     builder = rlq_pb2.RateLimitQuotaBucketSettings.BucketIdBuilder
     unassigned = _STRATEGY(blanket_rule=_STRATEGY.DENY_ALL if fail_closed else _STRATEGY.ALLOW_ALL)
+    named = _header_input(list(headers.values())[-1])
     settings = rlq_pb2.RateLimitQuotaBucketSettings(
-        bucket_id_builder=builder(bucket_id_builder={key: builder.ValueBuilder(custom_value=named)}),
+        bucket_id_builder=builder(
+            bucket_id_builder={
+                key: builder.ValueBuilder(custom_value=_header_input(header)) for key, header in headers.items()
+            }
+        ),
         reporting_interval=REPORTING_INTERVAL,
         deny_response_settings=rlq_pb2.RateLimitQuotaBucketSettings.DenyResponseSettings(
             http_status=http_status_pb2.HttpStatus(code=429)  # type: ignore[arg-type]
@@ -107,11 +130,17 @@ def _filter_config(
     )
 
 
-def name_buckets(route: route_components_pb2.Route, buckets: dict[str, str]) -> None:
-    """Make the route's requests name `buckets` (quota header -> bucket id value) for the quota filters,
-    and drop those headers before the upstream."""
-    if not buckets:
-        return
+def name_buckets(route: route_components_pb2.Route, buckets: dict[str, str], callers: dict[str, str]) -> None:
+    """Make the route's requests name `buckets` (quota header -> bucket id value) for the quota filters, and
+    `callers` (the same, values as Envoy's format strings) once the caller is known; drop all of those headers
+    before the upstream."""
+    for filter_name, headers in ((HEADER_MUTATION, buckets), (CALLERS, callers)):
+        if headers:
+            route.typed_per_filter_config[filter_name].CopyFrom(packed(_setting(headers)))
+    route.request_headers_to_remove.extend(sorted({*buckets, *callers}))
+
+
+def _setting(headers: dict[str, str]) -> header_mutation_pb2.HeaderMutationPerRoute:
     overwrite = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
     mutations = header_mutation_pb2.Mutations(
         request_mutations=[
@@ -120,10 +149,7 @@ def name_buckets(route: route_components_pb2.Route, buckets: dict[str, str]) -> 
                     header=base_pb2.HeaderValue(key=header, value=value), append_action=overwrite
                 )
             )
-            for header, value in sorted(buckets.items())
+            for header, value in sorted(headers.items())
         ]
     )
-    route.typed_per_filter_config[HEADER_MUTATION].CopyFrom(
-        packed(header_mutation_pb2.HeaderMutationPerRoute(mutations=mutations))
-    )
-    route.request_headers_to_remove.extend(sorted(buckets))
+    return header_mutation_pb2.HeaderMutationPerRoute(mutations=mutations)

@@ -9,7 +9,7 @@ from envoy.service.rate_limit_quota.v3 import rlqs_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meshplane.dataplane import QUOTA_DOMAIN_API, QUOTA_DOMAIN_OPERATION
+from meshplane.dataplane import QUOTA_DOMAIN_API, QUOTA_DOMAIN_APPLICATION, QUOTA_DOMAIN_OPERATION
 from meshplane.proto.v1 import rls_conf_pb2
 from meshplane.ratelimiter.limits import compile_domains
 from meshplane.ratelimiter.memory import MemoryCounters
@@ -29,7 +29,12 @@ def book(per_minute: int = 10) -> QuotaBook:
                 key="operation",
                 value="GET /items",
                 rate_limit=rls_conf_pb2.RateLimitPolicy(unit=rls_conf_pb2.SECOND, requests_per_unit=3),
-            )
+            ),
+            rls_conf_pb2.RateLimitDescriptor(
+                key="application",
+                value="shop/web",
+                rate_limit=rls_conf_pb2.RateLimitPolicy(unit=rls_conf_pb2.HOUR, requests_per_unit=2),
+            ),
         ],
     )
     config = rls_conf_pb2.RateLimitConfig(name="meshplane", domain="meshplane", descriptors=[node])
@@ -149,3 +154,14 @@ def test_grants_never_exceed_what_the_window_has_left_and_only_first_requests_ov
     assert granted <= max(0, limit - early[0]), "a grant beyond what the window has left"
     # What the gateways let through before their first grants is the overshoot, and all of it.
     assert granted + sum(early) <= max(limit, early[0]) + sum(early[1:])
+
+
+def test_a_caller_bucket_finds_its_applications_limit_and_another_caller_is_let_through() -> None:
+    gateway = session(book())
+
+    async def run() -> tuple[int | str, int | str]:
+        web = report(allowed=0, domain=QUOTA_DOMAIN_APPLICATION, api="shop/orders", application="shop/web")
+        other = report(allowed=0, domain=QUOTA_DOMAIN_APPLICATION, api="shop/orders", application="shop/cli")
+        return tokens(await gateway.on_report(web, NOW)), tokens(await gateway.on_report(other, NOW))
+
+    assert asyncio.run(run()) == (2, "ALLOW_ALL")

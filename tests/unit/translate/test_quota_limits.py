@@ -10,7 +10,17 @@ from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 from meshplane.agent.translate import translate_apis
 from meshplane_testing.envoy import validate
 from meshplane_testing.static_bootstrap import static_bootstrap
-from tests.unit.translate.test_access import NOW, SERVICES, api, backend, entitlements, filter_names, manager, routes
+from tests.unit.translate.test_access import (
+    NOW,
+    SERVICES,
+    api,
+    backend,
+    entitlements,
+    filter_names,
+    manager,
+    obj,
+    routes,
+)
 
 BY_QUOTA = replace(SERVICES, global_limits_by_quota=True)
 GLOBAL = {"requestsPerUnit": 100, "unit": "minute", "scope": "global"}
@@ -21,18 +31,20 @@ def limited() -> object:
     return api("orders", basePath="/orders", backends=[backend()], rateLimit=GLOBAL, operations=operations)
 
 
-def test_the_quota_filters_follow_the_local_one_and_the_limiter_is_still_there_for_callers() -> None:
+def test_the_quota_filters_follow_the_local_one_and_no_filter_asks_the_limiter_per_request() -> None:
     config = translate_apis([limited()], BY_QUOTA, entitlements(), NOW)
 
     names = filter_names(config)
     local = names.index("envoy.filters.http.local_ratelimit")
-    assert names[local + 1 : local + 4] == [
+    assert names[local + 1 : local + 5] == [
         "envoy.filters.http.rate_limit_quota.api",
         "envoy.filters.http.rate_limit_quota.operation",
-        "envoy.filters.http.ratelimit",
+        "meshplane.callers",
+        "envoy.filters.http.rate_limit_quota.application",
     ]
+    assert "envoy.filters.http.ratelimit" not in names
     stripped = [m.remove for m in _strip(config).mutations.request_mutations]
-    assert {"x-meshplane-quota-api", "x-meshplane-quota-operation"} <= set(stripped)
+    assert {"x-meshplane-quota-api", "x-meshplane-quota-operation", "x-meshplane-quota-caller"} <= set(stripped)
 
 
 def test_a_limited_route_names_its_buckets_and_asks_no_descriptor_of_the_limiter() -> None:
@@ -67,3 +79,28 @@ def _strip(config: object) -> header_mutation_pb2.HeaderMutation:
     unpacked = header_mutation_pb2.HeaderMutation()
     first.typed_config.Unpack(unpacked)
     return unpacked
+
+
+def test_a_per_application_limit_names_the_caller_as_its_check_left_it() -> None:
+    plan = obj(
+        "RateLimitPolicy",
+        "gold",
+        {
+            "target": {"kind": "SubscriptionPlan", "name": "gold"},
+            "requestsPerUnit": 5,
+            "unit": "hour",
+            "scope": "global",
+        },
+    )
+    keyed = api("orders", basePath="/orders", backends=[backend()], authentication={"apiKey": {}})
+    config = translate_apis([keyed], BY_QUOTA, entitlements(plan), NOW)
+
+    route = routes(config)["shop/orders *"]
+    named = header_mutation_pb2.HeaderMutationPerRoute()
+    assert route.typed_per_filter_config["meshplane.callers"].Unpack(named)
+    headers = {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+    assert headers == {
+        "x-meshplane-quota-caller-api": "shop/orders",
+        "x-meshplane-quota-caller": "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:apikey:sub)%",
+    }
+    assert not route.route.rate_limits
