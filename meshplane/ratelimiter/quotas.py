@@ -67,17 +67,18 @@ def descriptor_entries(quota_domain: str, bucket: dict[str, str]) -> list[_Entry
 
 @dataclass(slots=True)
 class Bucket:
-    """One bucket of one gateway: its limit, its window, and what it was granted and used there."""
+    """One bucket of one gateway: the descriptor it stands for, its window, and what it was granted and used
+    there. Its limit is looked up again at each report and window, so a changed limit holds from the next."""
 
     bucket_id: rlqs_pb2.BucketId
     key: tuple[str, ...]
-    limit: Limit | None
+    entries: list[_Entry] | None
+    limit: Limit | None = None
     window_start: int = -1
     granted: int = 0
     used: int = 0
     rate: float = 1.0
     """Requests a second the gateway last reported for it (allowed and refused): its weight."""
-    refused: bool = False
 
 
 @dataclass
@@ -106,6 +107,7 @@ class QuotaSession:
         actions: list[_Action] = []
         for usage in report.bucket_quota_usages:
             bucket = self._bucket(usage.bucket_id)
+            self._look_up(bucket)
             elapsed = max(usage.time_elapsed.seconds, 1)
             bucket.rate = (usage.num_requests_allowed + usage.num_requests_denied) / elapsed
             if bucket.limit is None or bucket.limit.unlimited:
@@ -127,6 +129,7 @@ class QuotaSession:
         """A fresh grant for every bucket whose window has ended."""
         actions: list[_Action] = []
         for bucket in self.buckets.values():
+            self._look_up(bucket)
             limit = bucket.limit
             if limit is None or limit.unlimited or bucket.window_start < 0:
                 continue
@@ -147,14 +150,21 @@ class QuotaSession:
         bucket = self.buckets.get(key)
         if bucket is None:
             entries = descriptor_entries(self.domain, dict(bucket_id.bucket))
-            domain = self.book.domains().get(RATELIMIT_DOMAIN)
-            limit = domain.find(entries) if domain is not None and entries is not None else None
-            bucket = self.buckets[key] = Bucket(rlqs_pb2.BucketId(bucket=bucket_id.bucket), key, limit)
+            bucket = self.buckets[key] = Bucket(rlqs_pb2.BucketId(bucket=bucket_id.bucket), key, entries)
         return bucket
+
+    def _look_up(self, bucket: Bucket) -> None:
+        """The bucket's limit as the rate limiter holds it now; one gone leaves the bucket unlimited."""
+        domain = self.book.domains().get(RATELIMIT_DOMAIN)
+        limit = domain.find(bucket.entries) if domain is not None and bucket.entries is not None else None
+        if limit != bucket.limit:
+            bucket.limit = limit
+            if limit is None or limit.unlimited:
+                bucket.window_start = -1  # granted again from scratch, should a limit come back
 
     async def _grant(self, bucket: Bucket, now: float) -> list[_Action]:
         assert bucket.limit is not None
-        bucket.window_start, bucket.used, bucket.refused = _window_start(bucket.limit, now), 0, False
+        bucket.window_start, bucket.used = _window_start(bucket.limit, now), 0
         bucket.granted = await self._reserve(bucket, self._share(bucket), now)
         return self._assign(bucket, bucket.granted, now)
 

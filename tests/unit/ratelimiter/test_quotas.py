@@ -165,3 +165,16 @@ def test_a_caller_bucket_finds_its_applications_limit_and_another_caller_is_let_
         return tokens(await gateway.on_report(web, NOW)), tokens(await gateway.on_report(other, NOW))
 
     assert asyncio.run(run()) == (2, "ALLOW_ALL")
+
+
+def test_a_changed_limit_holds_from_the_next_window_on_a_stream_already_open() -> None:
+    domains = {"held": book(per_minute=10).domains()}
+    shared = QuotaBook(MemoryCounters(), lambda: domains["held"])
+    gateway = session(shared)
+
+    async def run() -> tuple[int | str, int | str]:
+        before = tokens(await gateway.on_report(report(allowed=0), NOW))
+        domains["held"] = book(per_minute=3).domains()  # the agent sent the rate limiter a new limit
+        return before, tokens(await gateway.on_windows(NOW + 60.01))
+
+    assert asyncio.run(run()) == (10, 3)
