@@ -3,8 +3,10 @@ of its limit, a share of the window's requests, and lets through at most that wi
 
 Shares are reserved in the counter store before they are assigned, so the grants of every gateway of every
 replica in one window never add up to more than the limit; what a gateway was granted and did not use is
-lost at the window's end (early refusal, never overshoot). A share follows each gateway's demand as its
-reports tell it (every 5 s): a gateway that refused requests in a window gets more of what is left in it.
+lost at the window's end (early refusal, never overshoot). A share follows each gateway's demand: every
+report (every 5 s) adds what the gateway let through and refused to a demand count in the counter store,
+per bucket and demand period, which every replica reads, so a gateway's share of a window is its part of
+all gateways' recent demand; and a gateway that refused requests in a window gets more of what is left.
 Only the requests a gateway lets through before its first assignment of a window, the round trip after
 it met a new bucket, are not reserved: they are counted, and they are the overshoot.
 
@@ -36,6 +38,9 @@ from meshplane.ratelimiter.counters import Counters, Hit
 from meshplane.ratelimiter.limits import DomainLimits, Limit
 
 NO_REFILL = 10 * 365 * 86_400
+DEMAND_PERIODS = (10, 60)
+"""Seconds per demand count, the limit's window within these bounds (reports come every 5 s); a share
+weighs the last two."""
 UNLIMITED_TTL = 300
 """Seconds an ALLOW_ALL for a bucket no limit names holds; renewed with each report."""
 TTL_GRACE = 2
@@ -78,7 +83,10 @@ class Bucket:
     granted: int = 0
     used: int = 0
     rate: float = 1.0
-    """Requests a second the gateway last reported for it (allowed and refused): its weight."""
+    """Requests a second the gateway last reported for it (allowed and refused): its weight while no
+    gateway's demand is counted yet."""
+    demand: dict[int, int] = field(default_factory=dict)
+    """Requests it reported per demand period (the last two)."""
 
 
 @dataclass
@@ -109,7 +117,9 @@ class QuotaSession:
             bucket = self._bucket(usage.bucket_id)
             self._look_up(bucket)
             elapsed = max(usage.time_elapsed.seconds, 1)
-            bucket.rate = (usage.num_requests_allowed + usage.num_requests_denied) / elapsed
+            asked = usage.num_requests_allowed + usage.num_requests_denied
+            bucket.rate = asked / elapsed
+            await self._count_demand(bucket, asked, now)
             if bucket.limit is None or bucket.limit.unlimited:
                 actions.append(_blanket(bucket, _STRATEGY.ALLOW_ALL, UNLIMITED_TTL))
                 continue
@@ -162,25 +172,44 @@ class QuotaSession:
             if limit is None or limit.unlimited:
                 bucket.window_start = -1  # granted again from scratch, should a limit come back
 
+    async def _count_demand(self, bucket: Bucket, asked: int, now: float) -> None:
+        if not asked or bucket.limit is None:
+            return
+        length = _demand_period(bucket.limit)
+        period = int(now) - int(now) % length
+        bucket.demand = {start: count for start, count in bucket.demand.items() if start >= period - length}
+        bucket.demand[period] = bucket.demand.get(period, 0) + asked
+        await self.book.counters.increment([_demand_hit(bucket, length, period, asked)], int(now))
+
     async def _grant(self, bucket: Bucket, now: float) -> list[_Action]:
         assert bucket.limit is not None
         bucket.window_start, bucket.used = _window_start(bucket.limit, now), 0
-        bucket.granted = await self._reserve(bucket, self._share(bucket), now)
+        bucket.granted = await self._reserve(bucket, await self._share(bucket, now), now)
         return self._assign(bucket, bucket.granted, now)
 
     async def _top_up(self, bucket: Bucket, now: float) -> list[_Action]:
-        more = await self._reserve(bucket, self._share(bucket), now)
+        more = await self._reserve(bucket, await self._share(bucket, now), now)
         if not more:
             return []
         left = max(bucket.granted - bucket.used, 0)
         bucket.granted += more
         return self._assign(bucket, left + more, now)
 
-    def _share(self, bucket: Bucket) -> int:
+    async def _share(self, bucket: Bucket, now: float) -> int:
+        """The gateway's part of the limit: its part of every gateway's demand in the last two periods as the
+        counter store has it (every replica's), else of the demand this replica's gateways last reported."""
         assert bucket.limit is not None
-        others = self.book.weight_of_others(self, bucket.key)
-        weight = bucket.rate or 1.0
-        return max(1, math.ceil(bucket.limit.requests_per_unit * weight / (weight + others)))
+        length = _demand_period(bucket.limit)
+        period = int(now) - int(now) % length
+        periods = [period - length, period]
+        totals = await self.book.counters.increment([_demand_hit(bucket, length, p, 0) for p in periods], int(now))
+        everyone, mine = sum(totals), sum(bucket.demand.get(p, 0) for p in periods)
+        if everyone:  # an idle gateway's part is none, and its share the least one
+            part = mine / max(everyone, mine)
+        else:
+            weight = bucket.rate or 1.0
+            part = weight / (weight + self.book.weight_of_others(self, bucket.key))
+        return max(1, math.ceil(bucket.limit.requests_per_unit * part))
 
     async def _reserve(self, bucket: Bucket, wanted: int, now: float, required: bool = False) -> int:
         """Up to `wanted` of the window's requests, as the counter store has them left (all of them when
@@ -205,6 +234,14 @@ class QuotaSession:
         filled.quota_assignment_action.assignment_time_to_live.seconds = ttl
         filled.quota_assignment_action.rate_limit_strategy.token_bucket.CopyFrom(tokens_now)
         return [_blanket(bucket, _STRATEGY.DENY_ALL, ttl), filled]
+
+
+def _demand_period(limit: Limit) -> int:
+    return max(DEMAND_PERIODS[0], min(limit.seconds, DEMAND_PERIODS[1]))
+
+
+def _demand_hit(bucket: Bucket, length: int, period: int, addend: int) -> Hit:
+    return Hit(("demand", str(length), *bucket.key), period, period + 2 * length, addend)
 
 
 def _window_start(limit: Limit, now: float) -> int:

@@ -215,3 +215,21 @@ def test_the_limiter_away_a_gateway_follows_the_failure_mode_and_its_return_brin
 
             eventually(granted_and_limited, timeout=20, what="grants and the limit back")
         gateway.close()
+
+
+def test_gateways_of_two_clusters_each_get_a_part_of_every_window_once_both_asked(fleet: Fleet) -> None:
+    limit = {"requestsPerUnit": 20, "unit": "second", "scope": "global"}
+    put(fleet.api, documents.api("fair", backends=[documents.backend(fleet.upstream)], rateLimit=limit))
+    for gateway in fleet.gateways:
+        gateway.wait_for("/fair/x", status(200), timeout=30)
+    begun = time.time()
+    stamped = []
+    while time.time() - begun < 4.0:
+        for index, gateway in enumerate(fleet.gateways):
+            stamped.append((int(time.time()), index, gateway.request("GET", "/fair/x").status_code))
+
+    whole = sorted({at for at, _, _ in stamped})[1:-1]  # the first and last windows are partly outside
+    for window in whole:
+        allowed = [index for at, index, code in stamped if at == window and code == 200]
+        assert set(allowed) == {0, 1}, f"window {window}: let through by {allowed} alone"
+        assert len(allowed) <= 20 + 1, f"window {window}: {len(allowed)} let through"

@@ -178,3 +178,33 @@ def test_a_changed_limit_holds_from_the_next_window_on_a_stream_already_open() -
         return before, tokens(await gateway.on_windows(NOW + 60.01))
 
     assert asyncio.run(run()) == (10, 3)
+
+
+def test_gateways_of_two_replicas_share_a_window_by_the_demand_both_counted() -> None:
+    store = MemoryCounters()
+    domains = book(per_minute=10).domains()
+    replicas = [QuotaBook(store, lambda: domains), QuotaBook(store, lambda: domains)]
+    busy, quiet = session(replicas[0]), session(replicas[1])
+
+    async def run() -> tuple[int | str, int | str]:
+        await busy.on_report(report(allowed=1), NOW)  # first: the window's 10, less its first request
+        await quiet.on_report(report(allowed=1), NOW)  # nothing left for it this window
+        await busy.on_report(report(allowed=9, denied=70, elapsed=5), NOW + 5)
+        await quiet.on_report(report(allowed=0, denied=9, elapsed=5), NOW + 5)
+        # The next window: each replica reads both gateways' demand from the store.
+        return tokens(await busy.on_windows(NOW + 60.01)), tokens(await quiet.on_windows(NOW + 60.01))
+
+    assert asyncio.run(run()) == (9, 1)  # 80 of 90 requests asked, and 10: ceil(8.9), then what is left
+
+
+def test_an_idle_gateway_takes_the_least_share_when_others_are_busy() -> None:
+    store = MemoryCounters()
+    domains = book(per_minute=10).domains()
+    busy, idle = session(QuotaBook(store, lambda: domains)), session(QuotaBook(store, lambda: domains))
+
+    async def run() -> tuple[int | str, int | str]:
+        await idle.on_report(report(allowed=0), NOW)
+        await busy.on_report(report(allowed=0, denied=50, elapsed=5), NOW + 5)
+        return tokens(await idle.on_windows(NOW + 60.01)), tokens(await busy.on_windows(NOW + 60.01))
+
+    assert asyncio.run(run()) == (1, 9)
