@@ -50,6 +50,12 @@ def obj(kind: str, name: str, spec: dict[str, Any], project: str | None = "shop"
     return REGISTRY.parse({"kind": kind, "metadata": metadata, "spec": spec})
 
 
+def gold_plan_limit(scope: str, requests: int = 5, unit: str = "hour") -> Resource:
+    """A RateLimitPolicy on the plan `gold` (the factory's subscription of `mobile` to `orders`)."""
+    target = {"kind": "SubscriptionPlan", "name": "gold"}
+    return obj("RateLimitPolicy", "gold", {"target": target, "requestsPerUnit": requests, "unit": unit, "scope": scope})
+
+
 def application(name: str, uid: str | None = None) -> Resource:
     return obj("Application", name, {}, uid=uid or f"uid-{name}")
 

@@ -23,6 +23,7 @@ from tests.unit.translate.test_access import (
     discovered,
     entitlements,
     filter_names,
+    gold_plan_limit,
     key,
     manager,
     obj,
@@ -92,16 +93,7 @@ def test_each_operation_route_names_its_api() -> None:
 
 
 def test_per_caller_limits_read_the_caller_from_the_headers_the_filter_sets() -> None:
-    plan = obj(
-        "RateLimitPolicy",
-        "gold",
-        {
-            "target": {"kind": "SubscriptionPlan", "name": "gold"},
-            "requestsPerUnit": 5,
-            "unit": "hour",
-            "scope": "local",
-        },
-    )
+    plan = gold_plan_limit("local")
     config = translate_apis([opaque()], WITH_FILTER, entitlements(plan), NOW)
 
     (limit,) = routes(config)["shop/orders *"].route.rate_limits

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from envoy.extensions.filters.http.header_mutation.v3 import header_mutation_pb2
 
@@ -17,8 +18,8 @@ from tests.unit.translate.test_access import (
     backend,
     entitlements,
     filter_names,
+    gold_plan_limit,
     manager,
-    obj,
     routes,
 )
 
@@ -52,9 +53,7 @@ def test_a_limited_route_names_its_buckets_and_asks_no_descriptor_of_the_limiter
 
     route = routes(config)["shop/orders GET /items"]
     assert [limit.stage.value for limit in route.route.rate_limits] == []
-    named = header_mutation_pb2.HeaderMutationPerRoute()
-    assert route.typed_per_filter_config["envoy.filters.http.header_mutation"].Unpack(named)
-    headers = {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+    headers = set_headers(route, "envoy.filters.http.header_mutation")
     assert headers == {
         "x-meshplane-quota-api": "shop/orders",
         "x-meshplane-quota-operation": "shop/orders GET /items",
@@ -74,6 +73,13 @@ def test_envoy_accepts_the_quota_filters_and_bucket_names(tmp_path: Path) -> Non
     assert accepted, output
 
 
+def set_headers(route: Any, filter_name: str) -> dict[str, str]:
+    """The request headers a header_mutation filter's per-route config sets on `route`."""
+    named = header_mutation_pb2.HeaderMutationPerRoute()
+    assert route.typed_per_filter_config[filter_name].Unpack(named)
+    return {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+
+
 def _strip(config: object) -> header_mutation_pb2.HeaderMutation:
     (first,) = [f for f in manager(config).http_filters if f.name == "envoy.filters.http.header_mutation"]  # type: ignore[arg-type]
     unpacked = header_mutation_pb2.HeaderMutation()
@@ -82,23 +88,12 @@ def _strip(config: object) -> header_mutation_pb2.HeaderMutation:
 
 
 def test_a_per_application_limit_names_the_caller_as_its_check_left_it() -> None:
-    plan = obj(
-        "RateLimitPolicy",
-        "gold",
-        {
-            "target": {"kind": "SubscriptionPlan", "name": "gold"},
-            "requestsPerUnit": 5,
-            "unit": "hour",
-            "scope": "global",
-        },
-    )
+    plan = gold_plan_limit("global")
     keyed = api("orders", basePath="/orders", backends=[backend()], authentication={"apiKey": {}})
     config = translate_apis([keyed], BY_QUOTA, entitlements(plan), NOW)
 
     route = routes(config)["shop/orders *"]
-    named = header_mutation_pb2.HeaderMutationPerRoute()
-    assert route.typed_per_filter_config["meshplane.callers"].Unpack(named)
-    headers = {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+    headers = set_headers(route, "meshplane.callers")
     assert headers == {
         "x-meshplane-quota-caller-api": "shop/orders",
         "x-meshplane-quota-caller": "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:apikey:sub)%",
