@@ -336,6 +336,7 @@ def test_an_https_listener_is_served_with_its_secret_once_it_is_there(cluster: C
             tls_secret("shop-tls", leaf.certificate_pem(), leaf.key_pem(), ns),
         )
         # Named Secrets are read, never listed or watched: a missing one is read again within about two seconds.
-        eventually(lambda: listener_resolved("ResolvedRefs"), timeout=20.0, what="the Secret read")
+        # Under CI's load the status has taken longer than 20 s to follow, twice: the wait is 60 s.
+        eventually(lambda: listener_resolved("ResolvedRefs"), timeout=60.0, what="the Secret read")
         address = eventually(lambda: programmed_address(kube, ns, "secure"), timeout=20.0, what="Programmed")
         eventually(lambda: https_answer(cluster, address, port, trust) == "orders", timeout=20.0, what="HTTPS served")
