@@ -50,6 +50,7 @@ async def rollout_companion(
     if policy is None and not await store.get_many([key]):
         return None
     target = TargetRef(kind=info.kind, name=name)
+    revisions = await store.content_revision(info.kind, project, name)
 
     def record(batch: WriteBatch, current: StoredObject | None) -> None:
         existing = batch.current(*key)
@@ -68,7 +69,7 @@ async def rollout_companion(
             target=target,
             policy=policy_name,
             strategy=strategy,
-            from_revision=current.revision if live and current is not None else None,
+            from_revision=baseline_revision(current, revisions) if live and current is not None else None,
             to_revision=batch.revision + 2,
         )
         wire = start(spec, batch.now, active).to_wire()
@@ -78,3 +79,11 @@ async def rollout_companion(
             batch.record(batch.changed_from(rollout, spec=wire, generation=rollout.generation + 1), "update")
 
     return Companion((key,), record)
+
+
+def baseline_revision(current: StoredObject, read: tuple[int, int] | None) -> int:
+    """The revision of the version `current` holds, as the history keeps it: the last change of its content
+    (`read` before the write, as the object's revision and that one), not a status write after it."""
+    if read is not None and read[0] == current.revision:
+        return read[1]
+    return current.revision

@@ -71,6 +71,15 @@ def _timed(operation: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]
 
 
 @dataclass(frozen=True, slots=True)
+class _Expected:
+    """A writer's precondition: the revision it `read`, and the object revision that holds the same content
+    (the newer one when only status was written since)."""
+
+    read: int
+    accepted: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Report:
     """One cluster report waiting to be written, and the caller waiting for its outcome."""
 
@@ -220,18 +229,18 @@ class Store:
         `fence` and `companion`: as for `create`."""
         spec, labels, annotations = _plain(spec), _plain(labels or {}), _plain(annotations or {})
 
-        def decide(batch: WriteBatch) -> tuple[StoredObject, bool]:
+        def decide(expected: _Expected | None, batch: WriteBatch) -> tuple[StoredObject, bool]:
             _require(batch, within)
             _hold_fence(batch, fence, (kind, project, name))
             current = batch.current(kind, project, name)
             if current is None or current.deleted:
-                if expected_revision is not None:
+                if expected is not None:
                     raise NotFound(kind, project, name)
                 if companion is not None:
                     companion.record(batch, current)
                 obj = batch.born(kind, project, name, spec, labels, annotations, origin)
                 return batch.record(obj, "create", trace_context), True
-            _check_expected(current, expected_revision)
+            _check_expected(current, expected)
             if current.origin != origin and not take_over:
                 raise OwnedElsewhere(kind, project, name, owner=current.origin)
             unchanged = (current.spec, current.labels, current.annotations, current.origin)
@@ -249,7 +258,13 @@ class Store:
             )
             return batch.record(obj, "update", trace_context), False
 
-        return await self._write_object(kind, project, name, decide, within, fence, companion)
+        return await self._expecting(
+            (kind, project, name),
+            expected_revision,
+            lambda expected: self._write_object(
+                kind, project, name, functools.partial(decide, expected), within, fence, companion
+            ),
+        )
 
     @_timed
     async def delete(
@@ -265,13 +280,17 @@ class Store:
         """Tombstone the object: it stays a row, so the delete has a revision, until compaction purges it.
         `fence`: as for `create`."""
 
-        def decide(batch: WriteBatch) -> StoredObject:
+        def decide(expected: _Expected | None, batch: WriteBatch) -> StoredObject:
             _hold_fence(batch, fence, (kind, project, name))
             current = _live(batch.current(kind, project, name), kind, project, name)
-            _check_expected(current, expected_revision)
+            _check_expected(current, expected)
             return batch.record(batch.changed_from(current, deleted=True), "delete", trace_context)
 
-        return await self._write_object(kind, project, name, decide, fence=fence)
+        return await self._expecting(
+            (kind, project, name),
+            expected_revision,
+            lambda expected: self._write_object(kind, project, name, functools.partial(decide, expected), fence=fence),
+        )
 
     @_timed
     async def transact(self, keys: builtins.list[ObjectKey], decision: Callable[[WriteBatch], _R]) -> _R:
@@ -565,6 +584,33 @@ class Store:
             return await queries.load_history(conn, kind, project, name, limit)
 
     @_timed
+    async def content_revision(self, kind: str, project: str, name: str) -> tuple[int, int] | None:
+        """The live object's revision and that of the last change of its content (spec, labels, annotations,
+        origin), read together: they differ when the system wrote status since. None when it does not exist."""
+        async with self._reading() as conn:
+            current = await queries.load(conn, kind, project, name)
+            if current is None or current.deleted:
+                return None
+            kept = await queries.load_history(conn, kind, project, name, 1)
+        return current.revision, kept[0].revision if kept else current.revision
+
+    async def _expecting(
+        self, key: ObjectKey, read: int | None, attempt: Callable[[_Expected | None], Awaitable[_R]]
+    ) -> _R:
+        """Run a write expecting the object at revision `read` (None: at any); when it conflicts only because
+        the system wrote status since, once more accepting the revision now, since the spec, labels and
+        annotations the writer saw are still the current ones."""
+        if read is None:
+            return await attempt(None)
+        try:
+            return await attempt(_Expected(read, read))
+        except Conflict:
+            found = await self.content_revision(*key)
+            if found is None or not found[1] <= read <= found[0]:
+                raise
+            return await attempt(_Expected(read, found[0]))
+
+    @_timed
     async def version_at(self, kind: str, project: str, name: str, revision: int) -> StoredObject | None:
         """The object as the change at `revision` wrote it; None when no kept version of it has that revision."""
         async with self._reading() as conn:
@@ -794,6 +840,6 @@ def _record_status(batch: WriteBatch, current: StoredObject, status: dict[str, A
     return batch.record(batch.changed_from(current, status=status), "status")
 
 
-def _check_expected(obj: StoredObject, expected_revision: int | None) -> None:
-    if expected_revision is not None and expected_revision != obj.revision:
-        raise Conflict(obj.kind, obj.project, obj.name, current=obj.revision, given=expected_revision)
+def _check_expected(obj: StoredObject, expected: _Expected | None) -> None:
+    if expected is not None and expected.accepted != obj.revision:
+        raise Conflict(obj.kind, obj.project, obj.name, current=obj.revision, given=expected.read)

@@ -50,6 +50,12 @@ def rollout_of(server: ServerProcess, project: str) -> dict[str, Any]:
         return http.get(f"/v1/projects/{project}/rollouts/api-orders").raise_for_status().json()
 
 
+def revision_of(server: ServerProcess, project: str) -> int:
+    with server.http() as http:
+        api = http.get(f"/v1/projects/{project}/apis/orders").raise_for_status().json()
+    return int(api["metadata"]["resourceVersion"])
+
+
 def phase_of(server: ServerProcess, project: str) -> str:
     return str(rollout_of(server, project)["spec"]["phase"])
 
@@ -158,6 +164,8 @@ def test_roll_back_writes_the_earlier_revision_again_as_a_new_change(server: Ser
     project = governed_project(server, "Skip", "0s", "0s")
     first = server.put(orders(project))
     eventually(lambda: phase_of(server, project) == "Succeeded", what="the first rollout to succeed")
+    # The server writes the first version's delivery status, under revisions of its own, before the change.
+    eventually(lambda: revision_of(server, project) > int(first["metadata"]["resourceVersion"]), what="its status")
     server.put(orders(project, "v2"))
     eventually(lambda: phase_of(server, project) == "Succeeded", what="the second rollout to succeed")
     open_rollout(page, server, project)

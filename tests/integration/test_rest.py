@@ -208,6 +208,21 @@ async def test_put_with_the_current_if_match_is_accepted(client: httpx.AsyncClie
     assert response.json()["spec"]["basePath"] == "/v3"
 
 
+async def test_a_version_read_before_only_status_changed_may_still_be_written(
+    client: httpx.AsyncClient, store: Store
+) -> None:
+    _, current = await _stale_and_current(client)
+    await store.set_status("API", "shop", "orders", {"clusters": [{"cluster": "a", "state": "Applied"}]})
+    etag = f'"{current["metadata"]["resourceVersion"]}"'
+
+    response = await client.put(
+        f"{APIS}/orders", json=api("orders", project="shop", basePath="/v3"), headers={"If-Match": etag}
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["spec"]["basePath"] == "/v3"
+
+
 @pytest.mark.parametrize("stale_in", ["body", "header"])
 async def test_patch_with_a_stale_version_is_refused_with_409(client: httpx.AsyncClient, stale_in: str) -> None:
     stale, current = await _stale_and_current(client)

@@ -61,6 +61,20 @@ async def test_a_governed_change_commits_its_rollout_first_in_the_same_transacti
     assert rollout.phase is Phase.PROGRESSING
 
 
+async def test_the_rollout_starts_from_a_version_the_history_keeps_whatever_status_was_written_since(
+    service: ObjectService, store: Store
+) -> None:
+    await service.put(API, "shop", "orders", api_doc(9001))
+    await store.set_status("API", "shop", "orders", {"clusters": [{"cluster": "a", "state": "Applied"}]})
+    await service.put(POLICY, "shop", "careful", {"spec": CAREFUL})
+    await service.put(API, "shop", "orders", api_doc(9002))
+
+    rollout = await rollout_of(store)
+    assert rollout.from_revision is not None
+    kept = await store.version_at("API", "shop", "orders", rollout.from_revision)
+    assert kept is not None and kept.spec["backends"][0]["port"] == 9001
+
+
 async def test_a_governed_create_rolls_out_from_nothing(service: ObjectService, store: Store) -> None:
     await service.put(POLICY, "shop", "careful", {"spec": CAREFUL})
     created, _ = await service.put(API, "shop", "orders", api_doc(9001))

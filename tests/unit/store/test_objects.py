@@ -93,6 +93,19 @@ async def test_stale_expected_revision_is_a_conflict_and_changes_nothing(store: 
     assert len((await store.changes_since(0))[0]) == 2
 
 
+async def test_a_revision_read_before_a_status_write_still_names_the_content_it_saw(store: Store) -> None:
+    first, _ = await store.put("Api", "shop", "orders", spec={"v": 1})
+    await store.set_status("Api", "shop", "orders", {"clusters": [{"cluster": "a", "state": "Applied"}]})
+
+    second, _ = await store.put("Api", "shop", "orders", spec={"v": 2}, expected_revision=first.revision)
+    statused = await store.set_status("Api", "shop", "orders", {"clusters": [{"cluster": "a", "state": "Pending"}]})
+
+    with pytest.raises(Conflict, match=f"revision {statused.revision}, not {first.revision}"):
+        await store.put("Api", "shop", "orders", spec={"v": 3}, expected_revision=first.revision)
+    deleted = await store.delete("Api", "shop", "orders", expected_revision=second.revision)
+    assert deleted.deleted
+
+
 async def test_put_expecting_a_revision_of_a_missing_object_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
         await store.put("Api", "shop", "orders", spec={}, expected_revision=1)
