@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from meshplane_testing.browser import screenshot, sign_in
 from meshplane_testing.envoy import run_envoy
+from meshplane_testing.eventually import eventually
 from meshplane_testing.meshplane import ServerProcess, run_agent, run_server
 
 
@@ -81,3 +82,33 @@ def test_the_console_loads_nothing_from_elsewhere_and_keeps_to_a_narrow_screen(
     context.close()
     assert all(url.startswith(server.url) for url in requested), requested
     assert width <= 390
+
+
+def test_a_page_left_before_it_loaded_does_not_draw_over_the_next_one(server: ServerProcess, page: Any) -> None:
+    sign_in(page, server.url, server.token)
+    expect(page.locator("tr[data-id='edge-1']")).to_be_visible()
+    page.evaluate(SLOW_CLUSTERS)
+    page.evaluate("location.hash = '#/objects'")
+    page.evaluate("location.hash = '#/fleet'")
+    expect(page.get_by_role("heading", name="Fleet", exact=True)).to_be_visible()  # its clusters still to come
+    page.evaluate("location.hash = '#/forms/default/apis'")
+    name = page.get_by_label("Name", exact=True)
+    expect(page.get_by_role("heading", name="New API", exact=True)).to_be_visible()
+    name.fill("typing")
+    expect(name).to_be_focused()
+    eventually(lambda: page.evaluate("() => window.slowAnswers") > 0, what="the fleet's answer, to a page gone")
+    page.wait_for_timeout(500)
+
+    expect(page.get_by_role("heading", name="New API", exact=True)).to_be_visible()
+    expect(name).to_be_focused()
+    expect(name).to_have_value("typing")
+
+
+SLOW_CLUSTERS = """() => {
+  const answer = window.fetch;
+  window.slowAnswers = 0;
+  const late = (what, how) => new Promise((wait) => setTimeout(wait, 1500)).then(() => answer(what, how));
+  window.fetch = (what, how) => !String(what).includes("/v1/clusters") ? answer(what, how)
+    : late(what, how).then((r) => (window.slowAnswers++, r));
+}"""
+"""The console's reads of the fleet answered 1.5 s late."""

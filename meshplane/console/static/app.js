@@ -31,7 +31,13 @@ function header() {
   clear(document.getElementById("who"), `${p.name} · ${p.role}${p.project ? ` · ${p.project}` : ""}`);
 }
 
+// Each draw gets a view of its own and a number: a page left before it loaded (a slow answer) then draws into a
+// view no longer shown, and neither takes the focus nor leaves a live subscription behind.
+let drawing = 0;
+
 async function draw() {
+  const mine = ++drawing;
+  const current = () => mine === drawing;
   stopPage?.();
   stopPage = null;
   if (!session.principal && session.token) {
@@ -40,25 +46,34 @@ async function draw() {
     } catch (error) {
       signOut();
     }
+    if (!current()) return;
   }
   const path = location.hash.slice(1) || "/fleet";
   header();
+  const view = h("div", { class: "view" });
+  clear(main, view);
   if (!session.principal) {
-    stopPage = signin.render(main, { onSignedIn: () => { location.hash = `#${path === "/signin" ? "/fleet" : path}`; draw(); } });
+    stopPage = signin.render(view, { onSignedIn: () => { location.hash = `#${path === "/signin" ? "/fleet" : path}`; draw(); } });
     return;
   }
   const found = match(path);
   if (!found) {
-    clear(main, h("h1", {}, "Not found"), h("p", {}, "No page here. ", h("a", { href: "#/fleet" }, "Go to the fleet.")));
+    clear(view, h("h1", {}, "Not found"), h("p", {}, "No page here. ", h("a", { href: "#/fleet" }, "Go to the fleet.")));
     return;
   }
   const [page, params] = found;
+  let stop = null;
   try {
-    stopPage = (await page.render(main, params)) || null;
+    stop = (await page.render(view, params)) || null;
   } catch (error) {
     const message = error instanceof ApiError ? error.message : String(error);
-    clear(main, h("h1", {}, "Could not load this page"), h("p", { class: "error", role: "alert" }, message));
+    clear(view, h("h1", {}, "Could not load this page"), h("p", { class: "error", role: "alert" }, message));
   }
+  if (!current()) {
+    stop?.();
+    return;
+  }
+  stopPage = stop;
   main.focus({ preventScroll: true });
 }
 
