@@ -101,6 +101,24 @@ def test_an_operation_limit_holds_on_its_operation_alone(fleet: Fleet) -> None:
     assert answers(gateway, "/ops/other", 4) == [200] * 4
 
 
+def test_the_answers_of_a_limited_route_say_its_limit_and_a_refusal_that_none_remains(fleet: Fleet) -> None:
+    operations = [{"method": "GET", "path": "/items", "rateLimit": {"requestsPerUnit": 2, **PER_MINUTE}}]
+    rate = {"requestsPerUnit": 50, **PER_MINUTE}
+    backends = [documents.backend(fleet.upstream)]
+    put(fleet.api, documents.api("said", backends=backends, rateLimit=rate, operations=operations))
+    gateway = fleet.gateways[1]
+    in_one_minute()
+    gateway.wait_for("/said/items", status(200), timeout=30)
+    time.sleep(1.0)
+
+    answered = [gateway.request("GET", "/said/items") for _ in range(3)]
+
+    assert [r.status_code for r in answered] == [200, 429, 429]
+    assert all(r.headers["x-ratelimit-limit"] == "2, 2;w=60, 50;w=60" for r in answered)
+    assert "x-ratelimit-remaining" not in answered[0].headers
+    assert [r.headers["x-ratelimit-remaining"] for r in answered[1:]] == ["0", "0"]
+
+
 def test_two_gateways_share_one_limit_and_overshoot_by_at_most_their_first_requests(fleet: Fleet) -> None:
     limit = 10
     put(

@@ -245,9 +245,11 @@ class LimitPlan:
                 continue
             by_quota = stage == GLOBAL_STAGE and self.settings.global_limits_by_quota
             buckets: dict[str, str] = {}
+            said: list[RateLimit] = []
             name = _generic(DESCRIPTOR_API, f"{api.project}/{api.name}")
             if limits.api is not None and by_quota:
                 buckets[QUOTA_API_HEADER] = f"{api.project}/{api.name}"
+                said.append(limits.api)
             elif limits.api is not None:
                 action.rate_limits.append(
                     route_components_pb2.RateLimit(stage=wrappers_pb2.UInt32Value(value=stage), actions=[name])
@@ -256,6 +258,7 @@ class LimitPlan:
                 operation = f"{op.method.value} {op.path}"
                 if by_quota:
                     buckets[QUOTA_OPERATION_HEADER] = f"{api.project}/{api.name} {operation}"
+                    said.append(limits.operations[(op.method.value, op.path)])
                 else:
                     what = _generic(DESCRIPTOR_OPERATION, operation)
                     action.rate_limits.append(
@@ -275,7 +278,7 @@ class LimitPlan:
                         stage=wrappers_pb2.UInt32Value(value=stage), actions=[name, *plan, caller.application]
                     )
                 )
-            name_buckets(route, buckets, callers)
+            name_buckets(route, buckets, callers, said)
 
     def ratelimit_config(self) -> rls_conf_pb2.RateLimitConfig:
         """Every global limit of this cluster, for the rate limiter (one domain, one tree)."""

@@ -9,6 +9,10 @@ route sets no such header matches no bucket and is neither limited nor reported.
 
 Until the limiter's first assignment for a bucket, and once an assignment runs out unrenewed (the limiter
 away past its window), the gateway follows the limiter failure mode: let through (open) or refuse (closed).
+
+A limited route's answers say its API and operation limits in `x-ratelimit-limit` (the draft's form, the
+strictest first), and a refusal says `x-ratelimit-remaining: 0`; what remains of a grant is the gateway's
+own business, so an answer let through says nothing of it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from meshplane.dataplane import (
     QUOTA_DOMAIN_OPERATION,
     QUOTA_OPERATION_HEADER,
 )
+from meshplane.model.access import RateLimit
 
 QUOTA_FILTER = "envoy.filters.http.rate_limit_quota"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
@@ -59,6 +64,8 @@ REPORTING_INTERVAL = duration_pb2.Duration(seconds=5)
 NO_EXPIRY = 10 * 365 * 86_400
 """Seconds the failure mode holds once a grant ran out unrenewed: until the limiter grants again."""
 _STRATEGY = ratelimit_strategy_pb2.RateLimitStrategy
+LIMIT_HEADER = "x-ratelimit-limit"
+REMAINING_HEADER = "x-ratelimit-remaining"
 
 
 def quota_filters(cluster: str, fail_closed: bool) -> list[hcm_pb2.HttpFilter]:
@@ -92,7 +99,8 @@ def _filter_config(
         ),
         reporting_interval=REPORTING_INTERVAL,
         deny_response_settings=rlq_pb2.RateLimitQuotaBucketSettings.DenyResponseSettings(
-            http_status=http_status_pb2.HttpStatus(code=429)  # type: ignore[arg-type]
+            http_status=http_status_pb2.HttpStatus(code=429),  # type: ignore[arg-type]
+            response_headers_to_add=[_header(REMAINING_HEADER, "0")],
         ),
         no_assignment_behavior=rlq_pb2.RateLimitQuotaBucketSettings.NoAssignmentBehavior(
             fallback_rate_limit=unassigned
@@ -130,26 +138,43 @@ def _filter_config(
     )
 
 
-def name_buckets(route: route_components_pb2.Route, buckets: dict[str, str], callers: dict[str, str]) -> None:
+def name_buckets(
+    route: route_components_pb2.Route,
+    buckets: dict[str, str],
+    callers: dict[str, str],
+    limits: list[RateLimit] | None = None,
+) -> None:
     """Make the route's requests name `buckets` (quota header -> bucket id value) for the quota filters, and
     `callers` (the same, values as Envoy's format strings) once the caller is known; drop all of those headers
-    before the upstream."""
-    for filter_name, headers in ((HEADER_MUTATION, buckets), (CALLERS, callers)):
-        if headers:
-            route.typed_per_filter_config[filter_name].CopyFrom(packed(_setting(headers)))
+    before the upstream. The route's answers say `limits`, those of its API and operation."""
+    said = {LIMIT_HEADER: limit_policies(limits)} if limits else {}
+    for filter_name, headers, answers in ((HEADER_MUTATION, buckets, said), (CALLERS, callers, {})):
+        if headers or answers:
+            route.typed_per_filter_config[filter_name].CopyFrom(packed(_setting(headers, answers)))
     route.request_headers_to_remove.extend(sorted({*buckets, *callers}))
 
 
-def _setting(headers: dict[str, str]) -> header_mutation_pb2.HeaderMutationPerRoute:
-    overwrite = base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
-    mutations = header_mutation_pb2.Mutations(
-        request_mutations=[
-            mutation_rules_pb2.HeaderMutation(
-                append=base_pb2.HeaderValueOption(
-                    header=base_pb2.HeaderValue(key=header, value=value), append_action=overwrite
-                )
-            )
-            for header, value in sorted(headers.items())
-        ]
+def limit_policies(limits: list[RateLimit]) -> str:
+    """`x-ratelimit-limit` as the rate-limit headers draft (03) writes it: the strictest limit's count, then
+    each limit as count;w=window seconds, the strictest first."""
+    ordered = sorted(limits, key=lambda limit: limit.requests_per_unit / limit.unit.seconds)
+    policies = [f"{limit.requests_per_unit};w={limit.unit.seconds}" for limit in ordered]
+    return ", ".join([str(ordered[0].requests_per_unit), *policies])
+
+
+def _header(name: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=name, value=value),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
     )
-    return header_mutation_pb2.HeaderMutationPerRoute(mutations=mutations)
+
+
+def _setting(requests: dict[str, str], responses: dict[str, str]) -> header_mutation_pb2.HeaderMutationPerRoute:
+    def mutations(headers: dict[str, str]) -> list[mutation_rules_pb2.HeaderMutation]:
+        return [mutation_rules_pb2.HeaderMutation(append=_header(k, v)) for k, v in sorted(headers.items())]
+
+    return header_mutation_pb2.HeaderMutationPerRoute(
+        mutations=header_mutation_pb2.Mutations(
+            request_mutations=mutations(requests), response_mutations=mutations(responses)
+        )
+    )

@@ -73,11 +73,21 @@ def test_envoy_accepts_the_quota_filters_and_bucket_names(tmp_path: Path) -> Non
     assert accepted, output
 
 
-def set_headers(route: Any, filter_name: str) -> dict[str, str]:
-    """The request headers a header_mutation filter's per-route config sets on `route`."""
+def set_headers(route: Any, filter_name: str, on: str = "request_mutations") -> dict[str, str]:
+    """The request (or, `on` "response_mutations", response) headers a header_mutation filter's per-route
+    config sets on `route`."""
     named = header_mutation_pb2.HeaderMutationPerRoute()
     assert route.typed_per_filter_config[filter_name].Unpack(named)
-    return {m.append.header.key: m.append.header.value for m in named.mutations.request_mutations}
+    return {m.append.header.key: m.append.header.value for m in getattr(named.mutations, on)}
+
+
+def test_a_limited_route_answers_with_its_limits_the_strictest_first() -> None:
+    config = translate_apis([limited()], BY_QUOTA, entitlements(), NOW)
+
+    said = set_headers(
+        routes(config)["shop/orders GET /items"], "envoy.filters.http.header_mutation", "response_mutations"
+    )
+    assert said == {"x-ratelimit-limit": "5, 5;w=60, 100;w=60"}
 
 
 def _strip(config: object) -> header_mutation_pb2.HeaderMutation:
