@@ -4,8 +4,9 @@ Brings up the test cluster (meshplane_testing/kube_cluster.py) with the Gateway 
 GatewayClass `meshplane`, a management server, an agent that serves the cluster's Gateway API objects
 (each Gateway on its own address of a 127.x range) and a real Envoy bootstrapped to it; then runs the
 suite's binary (tools/gateway-conformance, built by scripts/build-gateway-api) on the cluster's
-kubeconfig, which writes its report under docs/conformance/. Prints a summary per profile and exits
-non-zero when the suite fails or leaves no report.
+kubeconfig, which writes its report under build/conformance/. Prints a summary per profile and exits
+non-zero when the suite fails, leaves no report, or finds other results than the report committed under
+docs/conformance/ claims (`--update` writes the new report there instead).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from meshplane_testing.process import MissingRequirement
 GATEWAY_CLASS = "meshplane"
 CLUSTER = "conformance"
 REPORT_DIR = REPO / "docs" / "conformance"
+RUN_DIR = REPO / "build" / "conformance"
 GATEWAY_ADDRESSES = "127.77.0.10-127.77.0.250"
 """One loopback address per Gateway the suite creates (it creates a few dozen over a run)."""
 CLAIMED_FEATURES = ",".join(sorted(SUPPORTED_FEATURES))
@@ -43,7 +45,7 @@ CLAIMED_FEATURES = ",".join(sorted(SUPPORTED_FEATURES))
 SUITE_TIMEOUT = "60m"
 
 
-def report_path(directory: Path = REPORT_DIR) -> Path:
+def report_path(directory: Path = RUN_DIR) -> Path:
     """The report's file, named by the suite's version."""
     return directory / f"gateway-api-{GATEWAY_API_VERSION}-report.yaml"
 
@@ -150,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run the Gateway API conformance suite against meshplane on a test cluster of real parts.",
     )
     parser.add_argument("--report", type=Path, default=report_path(), help="where the suite writes its report")
+    parser.add_argument(
+        "--committed", type=Path, default=report_path(REPORT_DIR), help="the report the run must agree with"
+    )
+    parser.add_argument("--update", action="store_true", help="write the run's report over the committed one")
     parser.add_argument("--addresses", default=GATEWAY_ADDRESSES, help="the agent's --gateway-api-addresses")
     parser.add_argument(
         "--supported-features", default=CLAIMED_FEATURES, help="features claimed (the suite's -supported-features)"
@@ -189,7 +195,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("run-gateway-conformance: the suite wrote no report", file=sys.stderr)
         return code or 1
     print("\n".join(["", f"Report: {report}", *summary(report)]))
+    if options.update:
+        shutil.copyfile(report, options.committed)
+        print(f"Committed report updated: {options.committed}")
+        return code
+    if differences := disagreement(report, options.committed):
+        print(f"run-gateway-conformance: the run disagrees with {options.committed}:", file=sys.stderr)
+        print("\n".join(differences), file=sys.stderr)
+        return code or 3
     return code
+
+
+def disagreement(report: Path, committed: Path) -> list[str]:
+    """The summary lines of `report` and of the `committed` one that differ (- committed, + this run); none
+    when they claim the same results."""
+    if not committed.exists():
+        return [f"- (no committed report at {committed})"]
+    claimed, found = summary(committed), summary(report)
+    gone = [f"- {line}" for line in claimed if line not in found]
+    return gone + [f"+ {line}" for line in found if line not in claimed]
 
 
 def _step(message: str) -> None:
