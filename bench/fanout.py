@@ -65,7 +65,8 @@ IDLE = 2.0
 """Seconds over which the CPU of a quiet server with its agents connected is measured."""
 CHANGE_TIMEOUT = 120.0
 TARGETS = {"ratio_p99": 2.0, "ratio_cpu_per_change": 2.0, "bytes_per_agent": 100 * 1024}
-"""At every fleet size: p99 to the last agent and server CPU per change, each against the floor's."""
+"""At every fleet size: p99 to the last agent and server CPU per change, each against the floor's; at the
+largest, the server memory per agent (a small fleet's figure is mostly the server's fixed cost)."""
 
 
 class StatusReports:
@@ -260,7 +261,7 @@ def run(agent_counts: list[int], workers: int, objects: int, changes: int, repor
             measured["ratio_cpu_per_change_to_floor"] = ratio(
                 measured["server_cpu_ms_per_change_mean"], measured["floor"]["server_cpu_ms_per_change_mean"]
             )
-            measured["met"] = met(measured)
+            measured["met"] = met(measured, largest=agents == max(agent_counts))
             results[str(agents)] = measured
     return {
         "benchmark": "fanout",
@@ -275,14 +276,16 @@ def run(agent_counts: list[int], workers: int, objects: int, changes: int, repor
     }
 
 
-def met(measured: dict[str, Any]) -> dict[str, bool]:
+def met(measured: dict[str, Any], *, largest: bool) -> dict[str, bool]:
     """Each target at one fleet size; a ratio without a floor to divide by (no CPU tick) is not met."""
     p99, cpu = measured["ratio_p99_to_floor"], measured["ratio_cpu_per_change_to_floor"]
-    return {
+    judged = {
         "ratio_p99": p99 is not None and p99 <= TARGETS["ratio_p99"],
         "ratio_cpu_per_change": cpu is not None and cpu <= TARGETS["ratio_cpu_per_change"],
-        "bytes_per_agent": measured["bytes_per_agent"] <= TARGETS["bytes_per_agent"],
     }
+    if largest:
+        judged["bytes_per_agent"] = measured["bytes_per_agent"] <= TARGETS["bytes_per_agent"]
+    return judged
 
 
 def main() -> None:
