@@ -144,7 +144,8 @@ class StatusRollup:
         self._errors: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
         """cluster -> object -> (since when, why) it fails there, for the objects failing there now."""
         self._published_counts: dict[str, dict[str, object]] = {}
-        self._lag_published: set[str] = set()
+        self._lag_published: dict[str, tuple[int, float]] = {}
+        """What each cluster's lag gauges were last set to: a pass sets only those that moved."""
 
     async def run(self) -> None:
         # Off the leader, the lag gauges are dropped: the leader's figures are the ones that hold.
@@ -253,11 +254,12 @@ class StatusRollup:
                 self._published_counts[cluster] = summary
 
     def _publish_lag(self, lags: Mapping[str, tuple[int, float]]) -> None:
-        """Set each cluster's lag gauges, and drop those of clusters no longer listed."""
-        for cluster in self._lag_published - lags.keys():
+        """Set each cluster's lag gauges that moved, and drop those of clusters no longer listed."""
+        for cluster in self._lag_published.keys() - lags.keys():
             DELIVERY_LAG_REVISIONS.remove(cluster)
             DELIVERY_LAG_SECONDS.remove(cluster)
-        for cluster, (revisions, seconds) in lags.items():
-            DELIVERY_LAG_REVISIONS.labels(cluster).set(revisions)
-            DELIVERY_LAG_SECONDS.labels(cluster).set(seconds)
-        self._lag_published = set(lags)
+        for cluster, lag in lags.items():
+            if self._lag_published.get(cluster) != lag:
+                DELIVERY_LAG_REVISIONS.labels(cluster).set(lag[0])
+                DELIVERY_LAG_SECONDS.labels(cluster).set(lag[1])
+        self._lag_published = dict(lags)
