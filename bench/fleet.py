@@ -24,6 +24,7 @@ import grpc
 import httpx
 
 from bench.common import raise_fd_limit
+from meshplane.agent.channel import channel_target, server_config
 from meshplane.proto.v1 import control_plane_pb2, control_plane_pb2_grpc
 from meshplane.xds.client import RECONNECT_CHANNEL_OPTIONS
 from meshplane_testing import documents
@@ -84,10 +85,14 @@ class Tally:
 
 
 def channel(address: str) -> grpc.aio.Channel:
-    """A channel with its own connection (not the process-wide subchannel pool), reconnecting as agents do."""
-    return grpc.aio.insecure_channel(
-        address, options=[("grpc.use_local_subchannel_pool", 1), *RECONNECT_CHANNEL_OPTIONS]
-    )
+    """A channel with its own connection (not the process-wide subchannel pool), reconnecting as agents do;
+    given several server addresses (comma-separated), it starts at one of them and moves on as an agent does."""
+    options = [
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.service_config", server_config("{}")),
+        *RECONNECT_CHANNEL_OPTIONS,
+    ]
+    return grpc.aio.insecure_channel(channel_target(address), options=options)
 
 
 async def register(cluster: str, shared: grpc.aio.Channel, gate: asyncio.Semaphore) -> None:

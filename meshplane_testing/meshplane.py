@@ -200,11 +200,14 @@ def run_server(
 @contextlib.contextmanager
 def run_replica(tmp_path: Path, first: ServerProcess, database_url: str, name: str) -> Iterator[ServerProcess]:
     """Another replica of `first` on the same PostgreSQL store, with `first`'s CA, admin token and data key
-    (given as `sealing_key_file`), as replicas share Secrets in a cluster (only the first writes a token)."""
-    shutil.copytree(first.data_dir / "pki", tmp_path / name / "pki")
+    (given as `sealing_key_file`), as replicas share Secrets in a cluster (only the first writes a token); an
+    insecure `first` has no CA to share."""
+    if not first.insecure:
+        shutil.copytree(first.data_dir / "pki", tmp_path / name / "pki")
+    (tmp_path / name).mkdir(exist_ok=True)
     shutil.copy(first.data_dir / "admin-token", tmp_path / name / "admin-token")
     env = {"MESHPLANE_SEALING_KEY_FILE": str(first.data_dir / "sealing" / "data-key")}
-    with run_server(tmp_path, database_url, name=name, https=first.https, env=env) as replica:
+    with run_server(tmp_path, database_url, name=name, insecure=first.insecure, https=first.https, env=env) as replica:
         yield replica
 
 
