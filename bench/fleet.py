@@ -162,6 +162,10 @@ class Workers:
                 process.terminate()
                 process.join(timeout=5)
 
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes if process.pid is not None]
+
     def next(self, deadline: float) -> tuple[Any, ...]:
         """The next report (a time.monotonic() deadline); a worker's failure is raised here, and TimeoutError
         past the deadline."""

@@ -67,6 +67,12 @@ def connected_agents(server: ServerProcess) -> int:
     return round(server.scrape().total("meshplane_connected_agents"))
 
 
+def total_cpu(processes: Sequence[ServerProcess] | Workers) -> float:
+    """The CPU seconds the replicas, or the clients' workers, have used so far, summed."""
+    pids = processes.pids if isinstance(processes, Workers) else [server.process.pid for server in processes]
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
 def all_quiet(servers: Sequence[ServerProcess]) -> float:
     """Until every replica is quiet (each waited for in turn); the seconds that took."""
     return sum(wait_quiet(server.process.pid, QUIET_TIMEOUT) for server in servers)
@@ -100,12 +106,14 @@ def fleet(
         if sum(spread) != agents:
             raise RuntimeError(f"the replicas count {spread} agents connected, not {agents} in all")
 
-        timings = []
+        timings, servers_cpu, clients_cpu = [], [], []
         for change in range(changes):
-            at = time.time()
+            servers_used, clients_used, at = total_cpu(servers), total_cpu(pool), time.time()
             put_api(api, WATCHED, f"/{WATCHED}", f"/c{change}")
             timings.append((pool.wait_last(CHANGE_TIMEOUT) - at) * 1000)
             all_quiet(servers)
+            servers_cpu.append((total_cpu(servers) - servers_used) * 1000)
+            clients_cpu.append((total_cpu(pool) - clients_used) * 1000)
 
         victim = max(range(replicas), key=spread.__getitem__)
         survivors = [server for index, server in enumerate(servers) if index != victim]
@@ -151,6 +159,9 @@ def fleet(
         },
         "bytes_per_agent": round(growth / agents),
         "to_last_agent_ms": distribution(timings),
+        # What a change costs, from its PUT until every replica is quiet again (idle time included): the
+        # replicas and the clients share the machine's cores, so both are in the time to the last agent.
+        "cpu_ms_per_change": {"replicas": distribution(servers_cpu, 0), "clients": distribution(clients_cpu, 0)},
         "change_bytes": pool.size,
         "kill": kill,
     }
