@@ -67,9 +67,8 @@ def connected_agents(server: ServerProcess) -> int:
     return round(server.scrape().total("meshplane_connected_agents"))
 
 
-def total_cpu(processes: Sequence[ServerProcess] | Workers) -> float:
-    """The CPU seconds the replicas, or the clients' workers, have used so far, summed."""
-    pids = processes.pids if isinstance(processes, Workers) else [server.process.pid for server in processes]
+def total_cpu(pids: Sequence[int]) -> float:
+    """The CPU seconds these processes have used so far, summed."""
     return sum(cpu_seconds(pid) for pid in pids)
 
 
@@ -106,14 +105,15 @@ def fleet(
         if sum(spread) != agents:
             raise RuntimeError(f"the replicas count {spread} agents connected, not {agents} in all")
 
+        server_pids = [server.process.pid for server in servers]
         timings, servers_cpu, clients_cpu = [], [], []
         for change in range(changes):
-            servers_used, clients_used, at = total_cpu(servers), total_cpu(pool), time.time()
+            servers_used, clients_used, at = total_cpu(server_pids), total_cpu(pool.pids), time.time()
             put_api(api, WATCHED, f"/{WATCHED}", f"/c{change}")
             timings.append((pool.wait_last(CHANGE_TIMEOUT) - at) * 1000)
             all_quiet(servers)
-            servers_cpu.append((total_cpu(servers) - servers_used) * 1000)
-            clients_cpu.append((total_cpu(pool) - clients_used) * 1000)
+            servers_cpu.append((total_cpu(server_pids) - servers_used) * 1000)
+            clients_cpu.append((total_cpu(pool.pids) - clients_used) * 1000)
 
         victim = max(range(replicas), key=spread.__getitem__)
         survivors = [server for index, server in enumerate(servers) if index != victim]

@@ -202,9 +202,9 @@ def run_replica(tmp_path: Path, first: ServerProcess, database_url: str, name: s
     """Another replica of `first` on the same PostgreSQL store, with `first`'s CA, admin token and data key
     (given as `sealing_key_file`), as replicas share Secrets in a cluster (only the first writes a token); an
     insecure `first` has no CA to share."""
+    (tmp_path / name).mkdir(parents=True, exist_ok=True)
     if not first.insecure:
         shutil.copytree(first.data_dir / "pki", tmp_path / name / "pki")
-    (tmp_path / name).mkdir(exist_ok=True)
     shutil.copy(first.data_dir / "admin-token", tmp_path / name / "admin-token")
     env = {"MESHPLANE_SEALING_KEY_FILE": str(first.data_dir / "sealing" / "data-key")}
     with run_server(tmp_path, database_url, name=name, insecure=first.insecure, https=first.https, env=env) as replica:
