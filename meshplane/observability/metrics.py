@@ -25,6 +25,9 @@ PUSHES = Counter("meshplane_xds_pushes_total", "xDS responses sent", ["server", 
 PUSHED_RESOURCES = Counter(
     "meshplane_xds_pushed_resources_total", "Resources carried by xDS responses", ["server", "type"]
 )
+PUSHED_BYTES = Counter(
+    "meshplane_xds_pushed_bytes_total", "Encoded bytes of the xDS responses sent", ["server", "type"]
+)
 PUSH_LATENCY = Histogram(
     "meshplane_xds_push_latency_seconds",
     "From the commit of the oldest change an xDS response carries to the response",

@@ -146,11 +146,12 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
             end_pushes(forgotten.spans, "the client never answered")
         entries, spans = encode_traced(upserts, url, self.group, self.server)
         stream.pending[nonce] = _Sent(versions, removed, spans)
-        self.pushed(url, len(upserts) + len(removed), since)
         header = discovery_pb2.DeltaDiscoveryResponse(
             system_version_info=str(generation), type_url=url, nonce=nonce, removed_resources=removed
         )
-        return header.SerializeToString() + entries
+        response = header.SerializeToString() + entries
+        self.pushed(url, len(upserts) + len(removed), len(response), since)
+        return response
 
     async def _settle(self, url: str, stream: _TypeStream, request: discovery_pb2.DeltaDiscoveryRequest) -> None:
         """Apply the client's verdict on one of our responses."""

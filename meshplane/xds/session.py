@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 from envoy.config.core.v3.base_pb2 import Node
 from prometheus_client import Counter, Histogram
 
-from meshplane.observability.metrics import ACKS, NACKS, PUSH_LATENCY, PUSHED_RESOURCES, PUSHES, short_type
+from meshplane.observability.metrics import ACKS, NACKS, PUSH_LATENCY, PUSHED_BYTES, PUSHED_RESOURCES, PUSHES, short_type
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.callbacks import StreamCallbacks
 
@@ -41,6 +41,7 @@ class _Meters:
 
     pushes: Counter
     pushed_resources: Counter
+    pushed_bytes: Counter
     push_latency: Histogram
     acks: Counter
 
@@ -51,6 +52,7 @@ def _meters(server: str, type_url: str) -> _Meters:
     return _Meters(
         PUSHES.labels(server, kind),
         PUSHED_RESOURCES.labels(server, kind),
+        PUSHED_BYTES.labels(server, kind),
         PUSH_LATENCY.labels(server, kind),
         ACKS.labels(server, kind),
     )
@@ -101,13 +103,14 @@ class Session(ABC, Generic[Request, State]):
         self._nonces += 1
         return str(self._nonces)
 
-    def pushed(self, type_url: str, resources: int, since: int) -> None:
-        """Count one response and the resources (upserted or removed) it carries, and time it from the
-        oldest stamped change after ``since``, the generation the stream had already seen of the type.
+    def pushed(self, type_url: str, resources: int, size: int, since: int) -> None:
+        """Count one response, the resources (upserted or removed) it carries and its `size` in bytes, and time
+        it from the oldest stamped change after ``since``, the generation the stream had already seen of the type.
         A type's first response (``since`` < 0) syncs the stream rather than pushes a change: not timed."""
         meters = _meters(self.server, type_url)
         meters.pushes.inc()
         meters.pushed_resources.inc(resources)
+        meters.pushed_bytes.inc(size)
         if since >= 0 and (changed_at := self.cache.changed_at(self.group, type_url, since)) is not None:
             meters.push_latency.observe(max(0.0, time.time() - changed_at))
 

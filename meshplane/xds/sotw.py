@@ -101,5 +101,5 @@ class SotwSession(Session[discovery_pb2.DiscoveryRequest, _TypeStream]):
             stream.sent, stream.sent_names, stream.sent_version = sent, stream.names, version
             header = discovery_pb2.DiscoveryResponse(version_info=version, type_url=url, nonce=stream.nonce)
             responses.append(header.SerializeToString() + entries)
-            self.pushed(url, len(sent), since)
+            self.pushed(url, len(sent), len(responses[-1]), since)
         return responses

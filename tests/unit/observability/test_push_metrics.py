@@ -36,6 +36,10 @@ def pushes(server: str) -> float:
     return sample("meshplane_xds_pushes_total", server=server, type=KIND)
 
 
+def pushed_bytes(server: str) -> float:
+    return sample("meshplane_xds_pushed_bytes_total", server=server, type=KIND)
+
+
 def timed(server: str) -> tuple[float, float]:
     """(count, sum) of the push-latency histogram."""
     labels = {"server": server, "type": KIND}
@@ -94,6 +98,24 @@ async def test_a_delta_push_is_counted_and_timed_from_its_change_but_the_first_s
     assert 2.0 <= total < 10.0
 
 
+async def test_a_delta_push_counts_the_bytes_of_what_it_sends_not_of_what_the_client_holds() -> None:
+    name = server_name()
+    cache = ResourceCache()
+    cache.set_type("edge", STRING, {"a": text("a", "x" * 5000)})
+
+    async with serve_xds(XdsServer(cache, node_group=by_cluster, name=name)) as served:
+        agent = Agent(served, "edge")
+        async with agent.running():
+            await agent.until(lambda: "a" in agent.held[STRING])
+            first = pushed_bytes(name)
+            cache.update("edge", STRING, upserts=[text("b")])
+            await agent.until(lambda: "b" in agent.held[STRING])
+            second = pushed_bytes(name) - first
+
+    assert first > 5000
+    assert 0 < second < 200
+
+
 async def test_a_sotw_push_is_timed_from_its_change() -> None:
     name = server_name()
     cache = ResourceCache()
@@ -119,6 +141,7 @@ async def test_a_sotw_push_is_timed_from_its_change() -> None:
     count, total = timed(name)
     assert len(second.resources) == 2
     assert (pushes(name), count) == (2.0, 1.0)
+    assert pushed_bytes(name) > second.ByteSize()
     assert 1.0 <= total < 10.0
 
 
