@@ -12,10 +12,6 @@ from meshplane.xds.push_trace import encode_traced, end_pushes
 from meshplane.xds.resource import VersionedResource
 from meshplane.xds.session import Session, blamed
 
-# Responses a client may leave unanswered per type before the oldest is forgotten.
-_MAX_UNSETTLED = 64
-
-
 @dataclass(slots=True)
 class _Sent:
     """One response awaiting the client's verdict: what it upserted and removed, and its push spans."""
@@ -28,7 +24,7 @@ class _Sent:
 class _TypeStream:
     """One type on one delta stream."""
 
-    __slots__ = ("acked", "forced", "full", "names", "pending", "rejected", "seen", "sent", "wildcard")
+    __slots__ = ("acked", "deferred", "forced", "full", "names", "pending", "rejected", "seen", "sent", "wildcard")
 
     def __init__(self, held: dict[str, str], wildcard: bool) -> None:
         self.wildcard = wildcard
@@ -39,6 +35,8 @@ class _TypeStream:
         # Versions the client NACKed: never offered again while the cache still has them.
         self.rejected: dict[str, str] = {}
         self.pending: dict[str, _Sent] = {}
+        # Set when the type had something to look at while a response was unanswered: look once it is.
+        self.deferred = False
         # Names to examine (and send even if held) regardless of the cache's change log.
         self.forced: set[str] = set()
         self.full = True  # next diff must look at everything, not just the change log
@@ -63,10 +61,13 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
                 # on this one (it is current), so no ACK would ever say so.
                 await self.acked(url, stream.acked)
         else:
+            woken = False
             if request.response_nonce:
                 await self._settle(url, stream, request)
+                if stream.deferred and not stream.pending:
+                    stream.deferred, woken = False, True
             if not request.resource_names_subscribe and not request.resource_names_unsubscribe:
-                return False
+                return woken
         for name in request.resource_names_subscribe:
             if name == "*":
                 stream.full |= not stream.wildcard
@@ -97,7 +98,13 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
         return responses
 
     def _diff(self, url: str, stream: _TypeStream, generation: int) -> bytes | None:
+        """What the client lacks of `url`, once it has answered the last response of the type: changes made
+        while it digests one come together in the next, so a slow client gets fewer, larger responses
+        instead of a queue of small ones it would apply one by one."""
         if not self.cache.knows(self.group, url):
+            return None
+        if stream.pending:
+            stream.deferred = True
             return None
         resources = self.cache.resources(self.group, url)
         changed = None if stream.full else self.cache.changed_since(self.group, url, stream.seen)
@@ -141,9 +148,6 @@ class DeltaSession(Session[discovery_pb2.DeltaDiscoveryRequest, _TypeStream]):
         if stream.rejected:
             for name in (*versions, *removed):
                 stream.rejected.pop(name, None)
-        if len(stream.pending) >= _MAX_UNSETTLED:
-            forgotten = stream.pending.pop(next(iter(stream.pending)))
-            end_pushes(forgotten.spans, "the client never answered")
         entries, spans = encode_traced(upserts, url, self.group, self.server)
         stream.pending[nonce] = _Sent(versions, removed, spans)
         header = discovery_pb2.DeltaDiscoveryResponse(

@@ -298,3 +298,43 @@ async def test_a_change_to_several_types_is_sent_in_type_order():
 
 def _ack(response: discovery_pb2.DeltaDiscoveryResponse) -> discovery_pb2.DeltaDiscoveryRequest:
     return discovery_pb2.DeltaDiscoveryRequest(type_url=response.type_url, response_nonce=response.nonce)
+
+
+async def test_changes_made_while_a_client_digests_a_response_come_together_once_it_answers():
+    cache = ResourceCache()
+    cache.set_type("g", STRING, {"a": text("a")})
+
+    async with serve_xds(server(cache)) as served, served.channel() as channel:
+        stream = RawStream(ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources())
+        await stream.send(discovery_pb2.DeltaDiscoveryRequest(node=Node(id="n", cluster="g"), type_url=STRING))
+        first = await stream.recv()
+        cache.update("g", STRING, upserts=[text("b")])
+        cache.update("g", STRING, upserts=[text("c")], removals=["a"])
+        assert await stream.silent()
+
+        await stream.send(_ack(first))
+        second = await stream.recv()
+        assert (sorted(r.name for r in second.resources), list(second.removed_resources)) == (["b", "c"], ["a"])
+        assert await stream.silent()
+        await stream.close()
+
+
+async def test_a_rejected_response_lets_the_next_change_through_at_once():
+    cache = ResourceCache()
+    cache.set_type("g", STRING, {"a": text("a")})
+
+    async with serve_xds(server(cache)) as served, served.channel() as channel:
+        stream = RawStream(ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources())
+        await stream.send(discovery_pb2.DeltaDiscoveryRequest(node=Node(id="n", cluster="g"), type_url=STRING))
+        await stream.send(_ack(await stream.recv()))
+        cache.update("g", STRING, upserts=[text("a", "bad")])
+        bad = await stream.recv()
+        cache.update("g", STRING, upserts=[text("b")])
+        assert await stream.silent()
+
+        rejection = status_pb2.Status(code=3, message="no")
+        await stream.send(
+            discovery_pb2.DeltaDiscoveryRequest(type_url=STRING, response_nonce=bad.nonce, error_detail=rejection)
+        )
+        assert [r.name for r in (await stream.recv()).resources] == ["b"]
+        await stream.close()
