@@ -12,6 +12,7 @@ from meshplane.xds.push_trace import encode_traced, end_pushes
 from meshplane.xds.resource import VersionedResource
 from meshplane.xds.session import Session, blamed
 
+
 @dataclass(slots=True)
 class _Sent:
     """One response awaiting the client's verdict: what it upserted and removed, and its push spans."""

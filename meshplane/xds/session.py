@@ -14,7 +14,15 @@ from typing import Generic, TypeVar
 from envoy.config.core.v3.base_pb2 import Node
 from prometheus_client import Counter, Histogram
 
-from meshplane.observability.metrics import ACKS, NACKS, PUSH_LATENCY, PUSHED_BYTES, PUSHED_RESOURCES, PUSHES, short_type
+from meshplane.observability.metrics import (
+    ACKS,
+    NACKS,
+    PUSH_LATENCY,
+    PUSHED_BYTES,
+    PUSHED_RESOURCES,
+    PUSHES,
+    short_type,
+)
 from meshplane.xds.cache import ResourceCache
 from meshplane.xds.callbacks import StreamCallbacks
 
