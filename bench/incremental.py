@@ -4,10 +4,10 @@ For each catalog size a server (SQLite), one agent and one real Envoy run as sep
 nginx upstream that answers with the path it receives. The catalog is created and served first; then one
 API's backend basePath is changed again and again, each change timed from the PUT until the gateway answers
 with it. Around each change every process is left to go quiet first, so what it costs is read cleanly: the
-CPU the server, the agent and Envoy spent on it (until all three are quiet again), and the bytes the agent
-pushed to its gateway and the server pushed to the agent (their `meshplane_xds_pushed_bytes_total`). The
-figure that matters is how each grows from the smallest catalog to the largest: 1.5x at most is met.
-Prints one JSON object.
+CPU the server, the agent and Envoy spent on it (until all three are quiet again, less what each spends
+idle over as long), and the bytes the agent pushed to its gateway and the server pushed to the agent
+(their `meshplane_xds_pushed_bytes_total`). The figure that matters is how each grows from the smallest
+catalog to the largest: 1.5x at most is met. Prints one JSON object.
 
     .venv/bin/python -m bench.incremental [--sizes 100,1000,10000] [--changes 5] [--quick]
 """
@@ -42,6 +42,7 @@ CHANGED = "a0"
 TARGET_GROWTH = 1.5
 QUIET_TIMEOUT = 120.0
 LOAD_TIMEOUT = 900.0
+IDLE_WINDOW = 5.0
 PROBE = "/p"
 
 
@@ -67,6 +68,14 @@ async def quiet(*pids: int) -> None:
         await asyncio.to_thread(wait_quiet, pid, QUIET_TIMEOUT)
 
 
+async def idle_rates(pids: tuple[int, ...]) -> list[float]:
+    """The CPU each process spends per second doing nothing asked of it (timers, the status roll-up): taken
+    off each change's window, which waits for quiet and so holds idle time too."""
+    before = [cpu_seconds(pid) for pid in pids]
+    await asyncio.sleep(IDLE_WINDOW)
+    return [(cpu_seconds(pid) - used) / IDLE_WINDOW for pid, used in zip(pids, before, strict=True)]
+
+
 async def measure_size(work: Path, size: int, upstream: int, changes: int) -> dict[str, Any]:
     """Serve a catalog of `size` APIs, then change one of them `changes` times; the figures of each change."""
     figures: dict[str, list[float]] = {
@@ -80,11 +89,14 @@ async def measure_size(work: Path, size: int, upstream: int, changes: int) -> di
         envoy.wait_listener(agent.gateway_port)
         loaded = await load_catalog(server, agent, upstream, size)
         pids = (server.process.pid, agent.process.pid, envoy.process.pid)
+        await quiet(*pids)
+        idle = await idle_rates(pids)
         poller = Poller(agent.gateway_port, f"/{CHANGED}{PROBE}")
         async with server.client(timeout=60) as north:
             for change in range(changes):
                 await quiet(*pids)
                 cpu_before = [cpu_seconds(pid) for pid in pids]
+                window_started = time.monotonic()
                 gateway_before = pushed(await agent_metrics(agent), "gateway")
                 sync_before = pushed(await asyncio.to_thread(server.scrape), "sync")
                 started = time.perf_counter()
@@ -92,13 +104,19 @@ async def measure_size(work: Path, size: int, upstream: int, changes: int) -> di
                 await poller.wait_for(f"/c{change}{PROBE}")
                 figures["served_ms"].append((time.perf_counter() - started) * 1000)
                 await quiet(*pids)
-                spent = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+                window = time.monotonic() - window_started
+                spent = [
+                    max(0.0, cpu_seconds(pid) - before - rate * window)
+                    for pid, before, rate in zip(pids, cpu_before, idle, strict=True)
+                ]
                 for key, seconds in zip(("server_cpu_ms", "agent_cpu_ms", "envoy_cpu_ms"), spent, strict=True):
                     figures[key].append(seconds * 1000)
                 figures["gateway_bytes"].append(pushed(await agent_metrics(agent), "gateway") - gateway_before)
                 figures["sync_bytes"].append(pushed(await asyncio.to_thread(server.scrape), "sync") - sync_before)
         poller.close()
-    return {"apis": size, "load_seconds": loaded, **{key: round(statistics.median(v), 1) for key, v in figures.items()}}
+    medians = {key: round(statistics.median(values), 1) for key, values in figures.items()}
+    idle_ms = {name: round(rate * 1000, 1) for name, rate in zip(("server", "agent", "envoy"), idle, strict=True)}
+    return {"apis": size, "load_seconds": loaded, **medians, "idle_cpu_ms_per_s": idle_ms}
 
 
 async def load_catalog(server: ServerProcess, agent: AgentProcess, upstream: int, size: int) -> float:

@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from meshplane.agent.translate.memo import by_identity
 from meshplane.model.kinds import APISpec, Backend
 from meshplane.model.resource import Resource
 
@@ -53,8 +54,10 @@ class Api:
         return [(index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0]
 
 
+@by_identity
 def upstream_digest(backend: Backend) -> str:
     """8 hex digits naming where a backend's requests go and how (not its share of them, its path, its
-    timeouts, retries or Host: the routes hold those)."""
+    timeouts, retries or Host: the routes hold those). Kept per backend: every route and cluster of a
+    held API names it on every rebuild."""
     upstream = backend.model_dump(mode="json", exclude=ROUTE_FIELDS)
     return hashlib.sha256(json.dumps(upstream, sort_keys=True).encode()).hexdigest()[:8]

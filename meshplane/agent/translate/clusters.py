@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ from google.protobuf import duration_pb2, wrappers_pb2
 from meshplane.agent.translate.common import ads_source, duration, packed, socket_address
 from meshplane.agent.translate.credentials import credential_filters
 from meshplane.agent.translate.gateways import certificate_secret_name
+from meshplane.agent.translate.memo import by_identity
 from meshplane.config import SYSTEM_CA_FILE
 from meshplane.model.kinds import Backend, BackendProtocol
 from meshplane.model.upstream import CircuitBreaker, HealthCheck, OutlierDetection
@@ -26,12 +28,14 @@ TLS_TRANSPORT_SOCKET = "envoy.transport_sockets.tls"
 BACKEND_CONNECT_TIMEOUT = "5s"
 
 
+@by_identity
 def backend_resources(
-    name: str, backend: Backend, project: str = ""
+    backend: Backend, name: str, project: str = ""
 ) -> tuple[cluster_pb2.Cluster, endpoint_pb2.ClusterLoadAssignment | None]:
     """An IP backend is an EDS cluster plus its endpoints (so a move is an endpoint update, not a new cluster);
     a hostname backend is a STRICT_DNS cluster that Envoy keeps resolving itself, with no EDS resource.
-    `project` is the API's, whose TLSCertificates a backend may present."""
+    `project` is the API's, whose TLSCertificates a backend may present. Kept per held backend (and name):
+    the messages are shared by every later translation, so they are never changed once made."""
     host = backend.host
     assert host is not None, "service backends are given a host before they are translated"
     http2 = backend.protocol is not BackendProtocol.HTTP
@@ -201,6 +205,7 @@ def endpoints_assignment(name: str, endpoints: Sequence[tuple[str, int]]) -> end
     return endpoint_pb2.ClusterLoadAssignment(cluster_name=name, endpoints=[locality])
 
 
+@functools.lru_cache(maxsize=65536)
 def is_ip_literal(host: str) -> bool:
     try:
         ipaddress.ip_address(_unbracketed(host))

@@ -143,9 +143,8 @@ class LimitPlan:
         auth = api.spec.authentication
         caller = None
         qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
-        by_shadow_policy = Caller.in_metadata((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
         if auth is not None and auth.mtls is not None:
-            caller, qualified = by_shadow_policy, False  # the shadow policy naming the caller
+            caller, qualified = _by_shadow_policy(), False  # the shadow policy naming the caller
         elif auth is not None and auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
             if self.settings.keys_filter is not None:
                 caller, qualified = Caller.in_headers(), False  # the keys filter names the bare application
@@ -154,7 +153,7 @@ class LimitPlan:
         elif auth is not None and auth.api_key is not None:
             caller = Caller.in_metadata((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
         elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
-            caller, qualified = by_shadow_policy, False
+            caller, qualified = _by_shadow_policy(), False
         if caller is not None:
             self.identity[api.key] = caller
         for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
@@ -311,6 +310,11 @@ def _local_filter(descriptors: list[common_pb2.LocalRateLimitDescriptor]) -> loc
         stage=LOCAL_STAGE,
         enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
     )
+
+
+def _by_shadow_policy() -> Caller:
+    """The caller as the shadow RBAC policy that matched it names it."""
+    return Caller.in_metadata((RBAC, [CLIENT_POLICY_KEY]), (RBAC, ["enforced_effective_policy_id"]))
 
 
 def _entry(key: str, value: str) -> common_pb2.RateLimitDescriptor.Entry:

@@ -98,7 +98,7 @@ class ShapingPlan:
         backend = Backend(host=mirror.host, port=mirror.port, protocol=BackendProtocol(mirror.protocol))
         name = f"mirror.{api.project}.{api.name}.{upstream_digest(backend)}"
         if name not in self.clusters:
-            cluster, assignment = backend_resources(name, backend)
+            cluster, assignment = backend_resources(backend, name)
             self.clusters[name] = cluster
             if assignment is not None:
                 self.endpoints[name] = assignment

@@ -179,7 +179,7 @@ def translate_apis(
             listeners.append(proxyless[0])
             routes.append(proxyless[1])
         for index, backend in api.serving():
-            cluster, assignment = backend_resources(api.cluster_name(index), backend, api.project)
+            cluster, assignment = backend_resources(backend, api.cluster_name(index), api.project)
             clusters.append(cluster)
             if assignment is not None:
                 endpoints.append(assignment)
