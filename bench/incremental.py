@@ -43,6 +43,8 @@ TARGET_GROWTH = 1.5
 QUIET_TIMEOUT = 120.0
 LOAD_TIMEOUT = 900.0
 IDLE_WINDOW = 5.0
+SETTLED_BUSY = 0.1
+SETTLED_WINDOWS = 8
 PROBE = "/p"
 
 
@@ -68,6 +70,13 @@ async def quiet(*pids: int) -> None:
         await asyncio.to_thread(wait_quiet, pid, QUIET_TIMEOUT)
 
 
+async def settled(*pids: int) -> None:
+    """Until every process is at rest, not merely quiet: after a large catalog the server rolls up the
+    agent's reports for tens of seconds at a fraction of a core, which would pass for idle."""
+    for pid in pids:
+        await asyncio.to_thread(wait_quiet, pid, LOAD_TIMEOUT, busy=SETTLED_BUSY, calm=SETTLED_WINDOWS)
+
+
 async def idle_rates(pids: tuple[int, ...]) -> list[float]:
     """The CPU each process spends per second doing nothing asked of it (timers, the status roll-up): taken
     off each change's window, which waits for quiet and so holds idle time too."""
@@ -89,7 +98,7 @@ async def measure_size(work: Path, size: int, upstream: int, changes: int) -> di
         envoy.wait_listener(agent.gateway_port)
         loaded = await load_catalog(server, agent, upstream, size)
         pids = (server.process.pid, agent.process.pid, envoy.process.pid)
-        await quiet(*pids)
+        await settled(*pids)
         idle = await idle_rates(pids)
         poller = Poller(agent.gateway_port, f"/{CHANGED}{PROBE}")
         async with server.client(timeout=60) as north:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -22,13 +23,13 @@ class Api:
     unavailable: str | None = None
     """Why no backend can take this API's requests in this cluster (see `service_backends`): its routes say so."""
 
-    @classmethod
-    def of(cls, resource: Resource) -> Api:
-        if not isinstance(resource.spec, APISpec):
-            raise TypeError(f"expected an API resource, got {resource.kind} {resource.metadata.name!r}")
-        return cls(resource.metadata.project or "", resource.metadata.name, resource.spec)
+    @staticmethod
+    def of(resource: Resource) -> Api:
+        """The view of an API resource; the same one for the same held object, so what is derived from a
+        view (its key, its serving backends) is derived once however many rebuilds read it."""
+        return _view(resource)
 
-    @property
+    @functools.cached_property
     def key(self) -> tuple[str, str]:
         return (self.project, self.name)
 
@@ -49,9 +50,17 @@ class Api:
     def grpc_route_config_name(self) -> str:
         return f"grpc.{self.project}.{self.name}"
 
-    def serving(self) -> list[tuple[int, Backend]]:
+    @functools.cached_property
+    def serving(self) -> tuple[tuple[int, Backend], ...]:
         """The backends that receive traffic (weight above 0), with their index in the spec."""
-        return [(index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0]
+        return tuple((index, backend) for index, backend in enumerate(self.spec.backends) if backend.weight > 0)
+
+
+@by_identity
+def _view(resource: Resource) -> Api:
+    if not isinstance(resource.spec, APISpec):
+        raise TypeError(f"expected an API resource, got {resource.kind} {resource.metadata.name!r}")
+    return Api(resource.metadata.project or "", resource.metadata.name, resource.spec)
 
 
 @by_identity

@@ -37,7 +37,7 @@ def proxyless_resources(api: Api) -> tuple[listener_pb2.Listener, route_pb2.Rout
     served faithfully (no serving gRPC backend on an IP address, or a basePath rewrite)."""
     backends = [
         (index, backend)
-        for index, backend in api.serving()
+        for index, backend in api.serving
         if backend.protocol is BackendProtocol.GRPC and backend.host is not None and is_ip_literal(backend.host)
     ]
     base = base_pattern(api.spec.base_path)

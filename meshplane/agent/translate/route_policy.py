@@ -22,7 +22,7 @@ RETRIABLE_STATUS_CODES = "retriable-status-codes"
 
 def apply_route_policy(api: Api, op: Operation | None, action: route_components_pb2.RouteAction) -> None:
     """Timeouts and retries of one route (an operation's, or the API's catch-all)."""
-    first = api.serving()[0][1]
+    first = api.serving[0][1]
     timeout = _first_set(op.timeout if op else None, first.timeout, api.spec.timeout)
     if timeout is not None:
         action.timeout.CopyFrom(route_timeout(timeout))

@@ -126,7 +126,7 @@ def route_name(api: Api, op: Operation | None) -> str:
 def _action(api: Api, base: PathPattern) -> route_components_pb2.RouteAction:
     """Where an API's requests go, and the Host they carry there. The rewrite uses the basePath all backends
     share; each route adds its timeouts and retries (see `route_policy`)."""
-    serving = api.serving()
+    serving = api.serving
     action = cluster_action(api, serving)
     rewrite = base_rewrite(base, serving[0][1].base_path)
     if rewrite is not None:

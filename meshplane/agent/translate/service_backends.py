@@ -23,7 +23,7 @@ LocalServices = Mapping[tuple[str, str], ServiceEndpointSpec]
 
 def resolve_services(api: Api, services: LocalServices | None, cluster_domain: str) -> Api:
     """`api` with each serving service backend given its host (and port) here, or taken out of service."""
-    if not any(backend.service for _, backend in api.serving()):
+    if not any(backend.service for _, backend in api.serving):
         return api
     backends, missing = [], []
     for backend in api.spec.backends:

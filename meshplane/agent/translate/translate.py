@@ -178,7 +178,7 @@ def translate_apis(
         if proxyless is not None:
             listeners.append(proxyless[0])
             routes.append(proxyless[1])
-        for index, backend in api.serving():
+        for index, backend in api.serving:
             cluster, assignment = backend_resources(backend, api.cluster_name(index), api.project)
             clusters.append(cluster)
             if assignment is not None:
