@@ -48,7 +48,7 @@ lint: $(STAMP)
 
 # Every benchmark in full mode, each printing one JSON object (takes a while); bench-smoke runs each in its
 # `--quick` mode, only to prove it still runs (CI does, after the tests).
-BENCHES := dataplane propagation writes fanout catchup storm replicas kill_rounds console
+BENCHES := dataplane propagation writes fanout catchup storm replicas incremental kill_rounds console
 
 bench: $(STAMP)
 	@status=0; for b in $(BENCHES); do echo "== bench.$$b" >&2; $(BIN)/python -m bench.$$b || status=1; done; exit $$status

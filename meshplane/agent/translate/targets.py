@@ -11,6 +11,7 @@ metadata service's hop limit).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -120,7 +121,10 @@ def mirror_backends(api: Api) -> list[tuple[str, MirrorBackend]]:
     return found
 
 
+@functools.lru_cache(maxsize=65536)
 def _ip(name: str) -> IpAddress | None:
+    """The address a host names literally, or None; parsed once per host, since every rebuild asks of every
+    backend."""
     try:
         address = ipaddress.ip_address(name)
     except ValueError:
