@@ -8,7 +8,6 @@ last pass, objects the projection touched) and writes a status when it differs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
@@ -19,7 +18,6 @@ from meshplane.observability.metrics import DELIVERY_LAG_REVISIONS, DELIVERY_LAG
 from meshplane.server.control_plane import ClusterRegistry
 from meshplane.server.leader import Leadership
 from meshplane.server.projection import DeliveredObject, FleetProjection
-from meshplane.store.errors import NotFound
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 
@@ -135,6 +133,9 @@ class StatusRollup:
         self.interval = interval
         self.wake = asyncio.Event()
         self._since: datetime | None = None
+        self._rolled: dict[tuple[str, str, str, str], datetime] = {}
+        """The reports inside the overlap already rolled up, by (cluster, kind, project, name): the overlap
+        re-reads them at every pass, and rolling them up again would cost a pass over them for ever."""
         self._stale: dict[str, set[ObjectKey]] = {}
         self._behind: dict[str, Behind] = {}
         """Per cluster, kept for the clusters a pass touched only: a pass costs what changed, not the fleet."""
@@ -155,9 +156,13 @@ class StatusRollup:
 
     async def pass_once(self) -> None:
         reports = await self.store.deliveries_changed(self._since - _OVERLAP if self._since else None)
+        fresh = [d for d in reports if self._rolled.get((d.cluster, d.kind, d.project, d.name)) != d.updated_at]
         if reports:
             self._since = max(d.updated_at for d in reports)
-        dirty = {(d.kind, d.project, d.name) for d in reports} | self.projection.take_dirty()
+            horizon = self._since - _OVERLAP
+            self._rolled = {key: at for key, at in self._rolled.items() if at >= horizon}
+            self._rolled.update(((d.cluster, d.kind, d.project, d.name), d.updated_at) for d in fresh)
+        dirty = {(d.kind, d.project, d.name) for d in fresh} | self.projection.take_dirty()
         keys = sorted(dirty)
         statuses: list[tuple[ObjectKey, list[dict]]] = []
         for start in range(0, len(keys), _BATCH):
@@ -171,9 +176,15 @@ class StatusRollup:
         # The clusters' summaries are written before the object statuses they sum up: whoever sees an object
         # fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
         await self.clusters.flush()
-        for key, entries in statuses:
-            with contextlib.suppress(NotFound):  # deleted meanwhile: its deliveries go with it
-                await self.store.merge_status(*key, {"clusters": entries})
+        by_owner: dict[tuple[str, str], dict[str, dict]] = {}
+        for (kind, project, name), entries in statuses:
+            by_owner.setdefault((kind, project), {})[name] = {"clusters": entries}
+        for (kind, project), changes in sorted(by_owner.items()):
+            # A transaction per kind, project and batch; an object deleted meanwhile is skipped (its
+            # deliveries go with it).
+            names = sorted(changes)
+            for start in range(0, len(names), _BATCH):
+                await self.store.merge_statuses(kind, project, {n: changes[n] for n in names[start : start + _BATCH]})
         revision, now = await self.store.current_revision(), datetime.now(UTC)
         self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
 
