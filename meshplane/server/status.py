@@ -8,7 +8,7 @@ last pass, objects the projection touched) and writes a status when it differs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 
 from meshplane.model.status import DeliveryState
@@ -24,6 +24,7 @@ from meshplane.store.store import Store
 log = get_logger("meshplane.server.status")
 
 _BATCH = 200
+_ENTRIES_PER_WRITE = 2000
 # Reports are found by their timestamps; re-reading a little of the past covers clock skew between
 # replicas, and rolling an object up twice changes nothing.
 _OVERLAP = timedelta(seconds=2)
@@ -117,6 +118,28 @@ def delivery_lag(
     return lag_of(behind(unapplied, objects), revision, now)
 
 
+def _status_writes(
+    statuses: Iterable[tuple[ObjectKey, list[dict]]],
+) -> Iterator[tuple[str, str, dict[str, dict]]]:
+    """The changed statuses as transactions: one per kind and project, up to _BATCH objects and
+    _ENTRIES_PER_WRITE cluster entries each, so a cluster reporting thousands of objects is a few commits
+    and an object placed on a whole fleet does not make one huge transaction."""
+    by_owner: dict[tuple[str, str], list[tuple[str, list[dict]]]] = {}
+    for (kind, project, name), entries in statuses:
+        by_owner.setdefault((kind, project), []).append((name, entries))
+    for (kind, project), named in sorted(by_owner.items()):
+        batch: dict[str, dict] = {}
+        size = 0
+        for name, entries in sorted(named, key=lambda item: item[0]):
+            if batch and (len(batch) >= _BATCH or size + len(entries) > _ENTRIES_PER_WRITE):
+                yield kind, project, batch
+                batch, size = {}, 0
+            batch[name] = {"clusters": entries}
+            size += len(entries)
+        if batch:
+            yield kind, project, batch
+
+
 class StatusRollup:
     def __init__(
         self,
@@ -176,15 +199,9 @@ class StatusRollup:
         # The clusters' summaries are written before the object statuses they sum up: whoever sees an object
         # fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
         await self.clusters.flush()
-        by_owner: dict[tuple[str, str], dict[str, dict]] = {}
-        for (kind, project, name), entries in statuses:
-            by_owner.setdefault((kind, project), {})[name] = {"clusters": entries}
-        for (kind, project), changes in sorted(by_owner.items()):
-            # A transaction per kind, project and batch; an object deleted meanwhile is skipped (its
-            # deliveries go with it).
-            names = sorted(changes)
-            for start in range(0, len(names), _BATCH):
-                await self.store.merge_statuses(kind, project, {n: changes[n] for n in names[start : start + _BATCH]})
+        for kind, project, changes in _status_writes(statuses):
+            # An object deleted meanwhile is skipped: its deliveries go with it.
+            await self.store.merge_statuses(kind, project, changes)
         revision, now = await self.store.current_revision(), datetime.now(UTC)
         self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
 

@@ -11,7 +11,7 @@ from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import FleetProjection
-from meshplane.server.status import StatusRollup
+from meshplane.server.status import StatusRollup, _status_writes
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
@@ -97,3 +97,18 @@ async def test_reports_already_rolled_up_are_not_rolled_up_again_by_later_passes
     await store.record_deliveries([later])
     await rollup.pass_once()
     assert looked_at == [1]
+
+
+def test_statuses_listing_a_whole_fleet_are_written_a_few_at_a_time() -> None:
+    fleet = [{"cluster": f"edge-{index}", "state": "Pending"} for index in range(900)]
+    statuses = [(("API", "shop", f"api-{index}"), fleet) for index in range(5)]
+    statuses += [(("API", "books", "catalog"), fleet[:1])]
+
+    writes = [(kind, project, sorted(changes)) for kind, project, changes in _status_writes(statuses)]
+
+    assert writes == [
+        ("API", "books", ["catalog"]),
+        ("API", "shop", ["api-0", "api-1"]),
+        ("API", "shop", ["api-2", "api-3"]),
+        ("API", "shop", ["api-4"]),
+    ]
