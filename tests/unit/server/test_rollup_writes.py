@@ -20,9 +20,10 @@ BACKEND = {"host": "127.0.0.1", "port": 9001}
 NAMES = {"shop": [f"api-{index}" for index in range(30)], "books": ["catalog", "loans"]}
 
 
-async def test_a_pass_writes_each_projects_statuses_together(store: Store) -> None:
+async def applied_everywhere(store: Store, apis: dict[str, list[str]]) -> tuple[FleetProjection, StatusRollup]:
+    """One cluster placed with `apis` (project -> names), rolled up once, then reporting all of them applied."""
     await store.create("Cluster", "", "edge", spec={})
-    for project, names in NAMES.items():
+    for project, names in apis.items():
         for name in names:
             await store.create("API", project, name, spec={"basePath": f"/{name}", "backends": [BACKEND]})
     cache = ResourceCache()
@@ -36,6 +37,11 @@ async def test_a_pass_writes_each_projects_statuses_together(store: Store) -> No
         for key, delivered in projection.objects.items()
         if key[0] == "API"
     )
+    return projection, rollup
+
+
+async def test_a_pass_writes_each_projects_statuses_together(store: Store) -> None:
+    _, rollup = await applied_everywhere(store, NAMES)
 
     writes: list[tuple[str, str, int]] = []
     one_by_one = store.merge_status
@@ -64,20 +70,7 @@ async def test_a_pass_writes_each_projects_statuses_together(store: Store) -> No
 
 
 async def test_reports_already_rolled_up_are_not_rolled_up_again_by_later_passes(store: Store) -> None:
-    await store.create("Cluster", "", "edge", spec={})
-    for name in NAMES["shop"]:
-        await store.create("API", "shop", name, spec={"basePath": f"/{name}", "backends": [BACKEND]})
-    cache = ResourceCache()
-    projection = FleetProjection(cache)
-    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
-    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
-    await rollup.pass_once()
-    now = datetime.now(UTC)
-    await store.record_deliveries(
-        Delivery("edge", *key, delivered.resource.version, DeliveryState.APPLIED.value, "", now)
-        for key, delivered in projection.objects.items()
-        if key[0] == "API"
-    )
+    projection, rollup = await applied_everywhere(store, {"shop": NAMES["shop"]})
     await rollup.pass_once()
 
     looked_at: list[int] = []
