@@ -13,12 +13,42 @@ from pathlib import Path
 
 from meshplane_testing.eventually import eventually
 
+# Below Linux's default ephemeral range (32768-60999): the kernel never hands these to a connection's source
+# port or to a bind to port 0, so a picked port stays free until the child that was told it binds it.
+_PORTS_LOW, _PORTS_HIGH = 10000, 32767
+_WORKER_SLICES = 8
+_next_port: dict[int, int] = {}
+
+
+def _worker_slice() -> range:
+    """This pytest-xdist worker's own share of the range, so two workers never pick the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % _WORKER_SLICES if worker.isdigit() else 0
+    width = (_PORTS_HIGH - _PORTS_LOW + 1) // _WORKER_SLICES
+    return range(_PORTS_LOW + index * width, _PORTS_LOW + (index + 1) * width)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
 
 def free_port() -> int:
-    """A loopback TCP port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback TCP port that nothing listens on and that no other picker here hands out: this worker's
+    ports are taken in turn, starting at a point set by the process id, so a port is not reused until the
+    whole slice has gone round."""
+    ports = _worker_slice()
+    start = _next_port.get(ports.start, os.getpid() % len(ports))
+    for step in range(len(ports)):
+        offset = (start + step) % len(ports)
+        if _bindable(ports[offset]):
+            _next_port[ports.start] = offset + 1
+            return ports[offset]
+    raise RuntimeError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
