@@ -384,29 +384,28 @@ class AccessPlan:
         callers = rbac_pb2.RBAC(policies={app: _anything_by(found) for app, found in sorted(by_application.items())})
         return rbac_filter_pb2.RBACPerRoute(rbac=rbac_filter_pb2.RBAC(rules=rules, shadow_rules=callers))
 
-    def preflight_route(
-        self, api: Api, match: route_components_pb2.RouteMatch, action: route_components_pb2.RouteAction
-    ) -> route_components_pb2.Route | None:
-        """A route for CORS preflights under the API's basePath, which no operation declares; the cors
-        filter answers them itself, before any credential is asked for. (It acts only on routes that
-        forward, so the route carries the API's action; a preflight never reaches the backend.)"""
-        if api.spec.cors is None:
-            return None
-        preflight = route_components_pb2.RouteMatch()
-        preflight.CopyFrom(match)
-        del preflight.headers[:]
-        preflight.headers.extend(
-            [
-                route_components_pb2.HeaderMatcher(
-                    name=":method", string_match=string_pb2.StringMatcher(exact="OPTIONS")
-                ),
-                route_components_pb2.HeaderMatcher(name="origin", present_match=True),
-                route_components_pb2.HeaderMatcher(name="access-control-request-method", present_match=True),
-            ]
-        )
-        route = route_components_pb2.Route(name=f"{api.project}/{api.name} preflight", match=preflight, route=action)
-        route.typed_per_filter_config[CORS].CopyFrom(packed(cors_policy(api.spec.cors)))
-        return route
+
+def preflight_route(
+    api: Api, match: route_components_pb2.RouteMatch, action: route_components_pb2.RouteAction
+) -> route_components_pb2.Route | None:
+    """A route for CORS preflights under the API's basePath, which no operation declares; the cors
+    filter answers them itself, before any credential is asked for. (It acts only on routes that
+    forward, so the route carries the API's action; a preflight never reaches the backend.)"""
+    if api.spec.cors is None:
+        return None
+    preflight = route_components_pb2.RouteMatch()
+    preflight.CopyFrom(match)
+    del preflight.headers[:]
+    preflight.headers.extend(
+        [
+            route_components_pb2.HeaderMatcher(name=":method", string_match=string_pb2.StringMatcher(exact="OPTIONS")),
+            route_components_pb2.HeaderMatcher(name="origin", present_match=True),
+            route_components_pb2.HeaderMatcher(name="access-control-request-method", present_match=True),
+        ]
+    )
+    route = route_components_pb2.Route(name=f"{api.project}/{api.name} preflight", match=preflight, route=action)
+    route.typed_per_filter_config[CORS].CopyFrom(packed(cors_policy(api.spec.cors)))
+    return route
 
 
 def cors_policy(cors: Cors) -> cors_pb2.CorsPolicy:

@@ -75,6 +75,19 @@ class Limits:
     plans: dict[str, list[RateLimit]] = field(default_factory=dict)
     applications: dict[str, list[RateLimit]] = field(default_factory=dict)
 
+    def __hash__(self) -> int:
+        """By value, once built (Entitlements.limits fills it, nothing changes it after): the translator
+        keeps what it derives from an API for as long as the limits that apply to it stay the same."""
+        return hash(
+            (
+                tuple(self.api),
+                *(
+                    tuple((key, tuple(limits)) for key, limits in by.items())
+                    for by in (self.operations, self.plans, self.applications)
+                ),
+            )
+        )
+
 
 @dataclass
 class Entitlements:

@@ -36,8 +36,9 @@ from meshplane.agent.translate.access import CLIENT_POLICY_KEY, EXT_AUTHZ, JWT, 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.common import duration, packed
 from meshplane.agent.translate.config import GatewaySettings
-from meshplane.agent.translate.entitlements import Entitlements
+from meshplane.agent.translate.entitlements import Entitlements, Limits
 from meshplane.agent.translate.extensions import discovered_filter, extension_config
+from meshplane.agent.translate.memo import by_identity
 from meshplane.agent.translate.quotas import name_buckets, quota_filters
 from meshplane.dataplane import (
     APPLICATION_HEADER,
@@ -129,58 +130,16 @@ class LimitPlan:
     @classmethod
     def of(cls, apis: list[Api], settings: GatewaySettings, entitlements: Entitlements) -> LimitPlan:
         plan = cls(settings)
+        keys_inside = settings.keys_filter is not None
         for api in apis:
-            plan._survey(api, entitlements)
+            found = survey(api, keys_inside, entitlements.limits(api.project, api.name))
+            if found.caller is not None:
+                plan.identity[api.key] = found.caller
+            if found.local:
+                plan.local[api.key] = found.local
+            if found.shared:
+                plan.shared[api.key] = found.shared
         return plan
-
-    def _survey(self, api: Api, entitlements: Entitlements) -> None:
-        found = entitlements.limits(api.project, api.name)
-        api_limits = [*found.api, *([api.spec.rate_limit] if api.spec.rate_limit else [])]
-        operations = {key: list(value) for key, value in found.operations.items()}
-        for op in api.spec.operations:
-            if op.rate_limit is not None:
-                operations.setdefault((op.method.value, op.path), []).append(op.rate_limit)
-        auth = api.spec.authentication
-        caller = None
-        qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
-        if auth is not None and auth.mtls is not None:
-            caller, qualified = _by_shadow_policy(), False  # the shadow policy naming the caller
-        elif auth is not None and auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
-            if self.settings.keys_filter is not None:
-                caller, qualified = Caller.in_headers(), False  # the keys filter names the bare application
-            else:
-                caller = Caller.in_metadata((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
-        elif auth is not None and auth.api_key is not None:
-            caller = Caller.in_metadata((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
-        elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
-            caller, qualified = _by_shadow_policy(), False
-        if caller is not None:
-            self.identity[api.key] = caller
-        for scope, into in ((LimitScope.LOCAL, self.local), (LimitScope.GLOBAL, self.shared)):
-            limits = ApiLimits(
-                api=strictest([limit for limit in api_limits if limit.scope is scope]),
-                operations={
-                    key: chosen
-                    for key, candidates in sorted(operations.items())
-                    if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
-                },
-                plans={
-                    plan: chosen
-                    for plan, candidates in found.plans.items()
-                    if caller is not None
-                    and scope is LimitScope.LOCAL
-                    and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
-                },
-                applications={
-                    (f"{api.project}/{app}" if qualified else app): chosen
-                    for app, candidates in sorted(found.applications.items())
-                    if caller is not None
-                    and scope is LimitScope.GLOBAL
-                    and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
-                },
-            )
-            if limits:
-                into[api.key] = limits
 
     @property
     def enforces_global(self) -> bool:
@@ -310,6 +269,66 @@ def _local_filter(descriptors: list[common_pb2.LocalRateLimitDescriptor]) -> loc
         stage=LOCAL_STAGE,
         enable_x_ratelimit_headers=common_pb2.DRAFT_VERSION_03,
     )
+
+
+@dataclass(frozen=True)
+class ApiSurvey:
+    """What one API's limits come to: where its caller is named (None: nowhere) and its limits by scope."""
+
+    caller: Caller | None
+    local: ApiLimits
+    shared: ApiLimits
+
+
+@by_identity
+def survey(api: Api, keys_inside: bool, found: Limits) -> ApiSurvey:
+    """The API's limits (its own and `found`, those the entitlements give it), strictest first; `keys_inside`:
+    the keys filter checks opaque keys. Kept per held API while its limits stay the same."""
+    api_limits = [*found.api, *([api.spec.rate_limit] if api.spec.rate_limit else [])]
+    operations = {key: list(value) for key, value in found.operations.items()}
+    for op in api.spec.operations:
+        if op.rate_limit is not None:
+            operations.setdefault((op.method.value, op.path), []).append(op.rate_limit)
+    auth = api.spec.authentication
+    caller = None
+    qualified = True  # the caller's descriptor: `project/application` (keys) or the bare name (tokens)
+    if auth is not None and auth.mtls is not None:
+        caller, qualified = _by_shadow_policy(), False  # the shadow policy naming the caller
+    elif auth is not None and auth.api_key is not None and auth.api_key.mode is KeyMode.OPAQUE:
+        if keys_inside:
+            caller, qualified = Caller.in_headers(), False  # the keys filter names the bare application
+        else:
+            caller = Caller.in_metadata((EXT_AUTHZ, [DESCRIPTOR_APPLICATION]), (EXT_AUTHZ, [DESCRIPTOR_PLAN]))
+    elif auth is not None and auth.api_key is not None:
+        caller = Caller.in_metadata((JWT, [KEY_PAYLOAD, "sub"]), (RBAC, ["enforced_effective_policy_id"]))
+    elif auth is not None and auth.jwt is not None and auth.jwt.require_subscription:
+        caller, qualified = _by_shadow_policy(), False
+
+    def of_scope(scope: LimitScope) -> ApiLimits:
+        return ApiLimits(
+            api=strictest([limit for limit in api_limits if limit.scope is scope]),
+            operations={
+                key: chosen
+                for key, candidates in sorted(operations.items())
+                if (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
+            },
+            plans={
+                plan: chosen
+                for plan, candidates in found.plans.items()
+                if caller is not None
+                and scope is LimitScope.LOCAL
+                and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
+            },
+            applications={
+                (f"{api.project}/{app}" if qualified else app): chosen
+                for app, candidates in sorted(found.applications.items())
+                if caller is not None
+                and scope is LimitScope.GLOBAL
+                and (chosen := strictest([limit for limit in candidates if limit.scope is scope])) is not None
+            },
+        )
+
+    return ApiSurvey(caller, of_scope(LimitScope.LOCAL), of_scope(LimitScope.GLOBAL))
 
 
 def _by_shadow_policy() -> Caller:

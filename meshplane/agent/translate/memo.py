@@ -11,33 +11,33 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Concatenate, Generic, ParamSpec, TypeVar
+from typing import Generic, TypeVar
 
 Obj = TypeVar("Obj")
 Result = TypeVar("Result")
-Args = ParamSpec("Args")
 
 
-class IdentityMemo(Generic[Obj, Args, Result]):
-    """`function(obj, *args)` kept per (object, args): `obj` must be immutable (a frozen model) and able to
-    be weakly referenced; the other arguments hashable values."""
+class IdentityMemo(Generic[Obj, Result]):
+    """`function(obj, *args)` kept per object, for the last arguments it was asked with: `obj` must be
+    immutable (a frozen model) and able to be weakly referenced; the other arguments, positional, hashable
+    values. One result per object, so arguments that change over an object's life (what is entitled to an
+    API) replace the result instead of piling up beside it."""
 
-    def __init__(self, function: Callable[Concatenate[Obj, Args], Result]) -> None:
+    def __init__(self, function: Callable[..., Result]) -> None:
         self._function = function
-        self._results: dict[int, tuple[weakref.ref[Obj], dict[Hashable, Result]]] = {}
+        self._results: dict[int, tuple[weakref.ref[Obj], Hashable, Result]] = {}
         functools.update_wrapper(self, function)
 
-    def __call__(self, obj: Obj, *args: Args.args, **kwargs: Args.kwargs) -> Result:
+    def __call__(self, obj: Obj, *args: Hashable) -> Result:
         key = id(obj)
         entry = self._results.get(key)
-        if entry is None or entry[0]() is not obj:
-            entry = (weakref.ref(obj, functools.partial(self._forget, key)), {})
-            self._results[key] = entry
-        call = (args, tuple(sorted(kwargs.items())))
-        results = entry[1]
-        if call not in results:
-            results[call] = self._function(obj, *args, **kwargs)
-        return results[call]
+        alive = entry is not None and entry[0]() is obj
+        if entry is not None and alive and entry[1] == args:
+            return entry[2]
+        ref = entry[0] if entry is not None and alive else weakref.ref(obj, functools.partial(self._forget, key))
+        result = self._function(obj, *args)
+        self._results[key] = (ref, args, result)
+        return result
 
     def _forget(self, key: int, ref: weakref.ref[Obj]) -> None:
         entry = self._results.get(key)
@@ -49,6 +49,6 @@ class IdentityMemo(Generic[Obj, Args, Result]):
         return len(self._results)
 
 
-def by_identity(function: Callable[Concatenate[Obj, Args], Result]) -> IdentityMemo[Obj, Args, Result]:
+def by_identity(function: Callable[..., Result]) -> IdentityMemo[Obj, Result]:
     """Decorate a pure function of a frozen object (and hashable arguments) to compute once per object."""
     return IdentityMemo(function)

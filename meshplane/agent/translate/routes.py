@@ -20,18 +20,21 @@ from google.protobuf import wrappers_pb2
 
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.hosts import group_domains
+from meshplane.agent.translate.memo import by_identity
 from meshplane.agent.translate.paths import base_rewrite, route_match
 from meshplane.agent.translate.route_policy import apply_host_rewrite, apply_route_policy
+from meshplane.agent.translate.telemetry import name_route
 from meshplane.model.kinds import Backend, Operation
 from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 
 _SortKey = tuple[object, ...]
 RouteHook = Callable[[Api, Operation | None, route_components_pb2.Route], None]
-"""Adds an API's checks and limits to one of its routes."""
+"""Adds an API's checks and limits to (a copy of) one of its routes."""
 PreflightHook = Callable[
     [Api, route_components_pb2.RouteMatch, route_components_pb2.RouteAction], route_components_pb2.Route | None
 ]
-"""The CORS preflight route of an API (given its catch-all match and its action), if it has one."""
+"""The CORS preflight route of an API (given its catch-all match and its action), if it has one: a pure
+function of the three, as its result is kept with the API's bare routes."""
 VirtualHostHook = Callable[[route_components_pb2.VirtualHost], None]
 """Adds what holds for every route of a virtual host."""
 
@@ -58,6 +61,25 @@ def route_configuration(
 def _api_routes(
     api: Api, decorate: RouteHook | None, preflight: PreflightHook | None
 ) -> list[tuple[_SortKey, route_components_pb2.Route]]:
+    """The API's routes, each a copy of its bare route given this rebuild's checks and limits."""
+    routes = []
+    for key, op, checked, bare in _bare_routes(api, preflight):
+        route = route_components_pb2.Route()
+        route.CopyFrom(bare)
+        if checked and decorate is not None:
+            decorate(api, op, route)
+        routes.append((key, route))
+    return routes
+
+
+@by_identity
+def _bare_routes(
+    api: Api, preflight: PreflightHook | None
+) -> tuple[tuple[_SortKey, Operation | None, bool, route_components_pb2.Route], ...]:
+    """What an API's routes are before checks and limits: where they match, where they go and how they are
+    named, with whether checks go on them (not on a preflight's). A pure function of the API (and the
+    preflight hook), so kept per held API: what a rebuild pays for an unchanged API is the copy and its
+    checks. Never changed once made: each rebuild decorates copies."""
     base = base_pattern(api.spec.base_path)
     action = _action(api, base) if api.unavailable is None else None
     operations: list[Operation | None] = list(api.spec.operations) or [None]
@@ -65,11 +87,10 @@ def _api_routes(
     for op in operations:
         pattern = operation_pattern(base, op.path) if op is not None else catch_all(base)
         key, route = _route(api, base, pattern, op, action)
-        if decorate is not None:
-            decorate(api, op, route)
-        routes.append((key, route))
+        name_route(api, op, route)
+        routes.append((key, op, True, route))
     if preflight is None or action is None:
-        return routes
+        return tuple(routes)
     # An API with operations answers preflights for its own paths only, so another API on the same basePath
     # answers its own with its own policy; one without answers them under its whole basePath. Each goes
     # after the operations' (more specific or method-bound) routes, before a catch-all that takes any method.
@@ -80,8 +101,8 @@ def _api_routes(
             if path:
                 extra.name = f"{extra.name} {path}"
             key = (-len(base.segments), base.specificity(), api.spec.base_path, pattern.specificity(), False)
-            routes.append(((*key, path, "", api.project, api.name), extra))  # before an OPTIONS operation
-    return routes
+            routes.append(((*key, path, "", api.project, api.name), None, False, extra))  # before an OPTIONS op
+    return tuple(routes)
 
 
 def _route(

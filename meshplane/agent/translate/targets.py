@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from meshplane.agent.translate.apis import Api
+from meshplane.agent.translate.memo import by_identity
 from meshplane.model.shaping import MirrorBackend
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -89,8 +90,10 @@ class BackendPolicy:
         return None
 
 
+@by_identity
 def api_refusal(api: Api, policy: BackendPolicy) -> str | None:
-    """Why this cluster refuses to serve the API (the first thing it may not reach), or None."""
+    """Why this cluster refuses to serve the API (the first thing it may not reach), or None; kept per held
+    API, since every rebuild asks it of every one, twice."""
     for index, backend in enumerate(api.spec.backends):
         if backend.host is None:
             continue

@@ -10,7 +10,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2, route_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 
-from meshplane.agent.translate.access import AccessPlan
+from meshplane.agent.translate.access import AccessPlan, preflight_route
 from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.attached import (
     Resources,
@@ -137,7 +137,6 @@ def translate_apis(
             limits.decorate(api, op, route)
 
     def decorate(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
-        name_route(api, op, route)
         shaping.decorate(api, op, route)
         checks(api, op, route)
 
@@ -156,13 +155,13 @@ def translate_apis(
 
     def routes_for(name: str, served: Sequence[Api]) -> route_pb2.RouteConfiguration:
         if name in verifying:
-            return route_configuration(name, served, decorate, access.preflight_route)
+            return route_configuration(name, served, decorate, preflight_route)
 
         def unverified(api: Api, op: Operation | None, route: route_components_pb2.Route) -> None:
             decorate(api, op, route)
             refuse_unverified(api, route)
 
-        return route_configuration(name, served, unverified, access.preflight_route)
+        return route_configuration(name, served, unverified, preflight_route)
 
     listeners = [listener_for(settings)]
     own = [api for api in views if not api.spec.target_refs]
