@@ -9,6 +9,7 @@ a later one of the same name.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
@@ -167,12 +168,18 @@ class Entitlements:
         ends = [key.expires for key in self.keys if not key.revoked and key.expires and key.expires > now]
         return min(ends) if ends else None
 
+    @functools.cached_property
+    def _policies_by_project(self) -> dict[str, list[RateLimitPolicySpec]]:
+        """Asked of every API on every rebuild: most projects have no policy at all."""
+        found: dict[str, list[RateLimitPolicySpec]] = defaultdict(list)
+        for project, _, spec in self.policies:
+            found[project].append(spec)
+        return dict(found)
+
     def limits(self, project: str, api: str) -> Limits:
         limits = Limits()
         plans: dict[str, list[RateLimit]] = defaultdict(list)
-        for policy_project, _, spec in self.policies:
-            if policy_project != project:
-                continue
+        for spec in self._policies_by_project.get(project, ()):
             target = spec.target
             if target.kind is TargetKind.API and target.name == api:
                 limits.api.append(spec.limit())

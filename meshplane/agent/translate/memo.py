@@ -31,10 +31,12 @@ class IdentityMemo(Generic[Obj, Result]):
     def __call__(self, obj: Obj, *args: Hashable) -> Result:
         key = id(obj)
         entry = self._results.get(key)
-        alive = entry is not None and entry[0]() is obj
-        if entry is not None and alive and entry[1] == args:
-            return entry[2]
-        ref = entry[0] if entry is not None and alive else weakref.ref(obj, functools.partial(self._forget, key))
+        if entry is not None and entry[0]() is obj:
+            if entry[1] == args:
+                return entry[2]
+            ref = entry[0]
+        else:
+            ref = weakref.ref(obj, functools.partial(self._forget, key))
         result = self._function(obj, *args)
         self._results[key] = (ref, args, result)
         return result

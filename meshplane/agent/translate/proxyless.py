@@ -22,6 +22,7 @@ from meshplane.agent.translate.apis import Api
 from meshplane.agent.translate.clusters import is_ip_literal
 from meshplane.agent.translate.common import ads_source, packed
 from meshplane.agent.translate.listener import router_filter
+from meshplane.agent.translate.memo import by_identity
 from meshplane.agent.translate.paths import base_rewrite, grpc_route_match
 from meshplane.agent.translate.route_policy import route_timeout
 from meshplane.agent.translate.routes import cluster_action, route_name
@@ -29,12 +30,12 @@ from meshplane.model.kinds import Backend, BackendProtocol, HttpMethod
 from meshplane.model.paths import PathPattern, base_pattern, catch_all, operation_pattern
 from meshplane.model.upstream import GRPC_RETRY_ON, retry_conditions
 
-"""The retry conditions gRPC's xDS client understands (status codes); it ignores Envoy's others."""
 
-
+@by_identity
 def proxyless_resources(api: Api) -> tuple[listener_pb2.Listener, route_pb2.RouteConfiguration] | None:
     """The API listener and route table for `xds:///<api>.<project>`, or None when no gRPC client can be
-    served faithfully (no serving gRPC backend on an IP address, or a basePath rewrite)."""
+    served faithfully (no serving gRPC backend on an IP address, or a basePath rewrite). A pure function of
+    the API, kept per held one; never changed once made."""
     backends = [
         (index, backend)
         for index, backend in api.serving
