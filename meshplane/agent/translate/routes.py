@@ -46,30 +46,22 @@ def route_configuration(
     preflight: PreflightHook | None = None,
     virtual_host: VirtualHostHook | None = None,
 ) -> route_pb2.RouteConfiguration:
-    """One virtual host per group of domains served by the same APIs; no APIs, no virtual hosts (all 404)."""
-    routes = {api.key: _api_routes(api, decorate, preflight) for api in apis}
-    virtual_hosts = []
+    """One virtual host per group of domains served by the same APIs; no APIs, no virtual hosts (all 404).
+    Each route is a copy of its API's bare route made in place in the table, then given this rebuild's
+    checks and limits (once per virtual host carrying it)."""
+    bare = {api.key: (api, _bare_routes(api, preflight)) for api in apis}
+    table = route_pb2.RouteConfiguration(name=name)
     for domains, keys in group_domains({api.key: api.spec.hostnames for api in apis}):
-        ordered = sorted((entry for key in keys for entry in routes[key]), key=lambda entry: entry[0])
-        host = route_components_pb2.VirtualHost(name=domains[0], domains=domains, routes=[r for _, r in ordered])
+        ordered = sorted(((entry, bare[key][0]) for key in keys for entry in bare[key][1]), key=lambda item: item[0][0])
+        host = table.virtual_hosts.add(name=domains[0], domains=domains)
+        for (_, op, checked, kept), api in ordered:
+            route = host.routes.add()
+            route.CopyFrom(kept)
+            if checked and decorate is not None:
+                decorate(api, op, route)
         if virtual_host is not None:
             virtual_host(host)
-        virtual_hosts.append(host)
-    return route_pb2.RouteConfiguration(name=name, virtual_hosts=virtual_hosts)
-
-
-def _api_routes(
-    api: Api, decorate: RouteHook | None, preflight: PreflightHook | None
-) -> list[tuple[_SortKey, route_components_pb2.Route]]:
-    """The API's routes, each a copy of its bare route given this rebuild's checks and limits."""
-    routes = []
-    for key, op, checked, bare in _bare_routes(api, preflight):
-        route = route_components_pb2.Route()
-        route.CopyFrom(bare)
-        if checked and decorate is not None:
-            decorate(api, op, route)
-        routes.append((key, route))
-    return routes
+    return table
 
 
 @by_identity
