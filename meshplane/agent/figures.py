@@ -11,7 +11,7 @@ agent restarted after one of its gateways was, reports lower counts, and the ser
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -112,12 +112,16 @@ class FiguresReporter:
         channel: Callable[[], grpc.aio.Channel],
         interval: float,
         read: StatsReader = read_gateway_stats,
+        served: Callable[[], Iterable[str]] = tuple,
     ):
+        """`served`: the APIs (`project/name`) the gateways serve now; one no request reached has no stats
+        to read (see `api_figures.STATS_QUERY`) and is reported with zero figures."""
         self.cluster = cluster
         self.admins = list(dict.fromkeys(admins))
         self.channel = channel
         self.interval = interval
         self.read = read
+        self.served = served
         self.tally = Tally()
         self.accepted: dict[str, Counts] = {}
         """The figures of the last report the server took."""
@@ -133,7 +137,8 @@ class FiguresReporter:
         """Read every gateway and report what changed; True when a report was sent and taken."""
         at = datetime.now(UTC)
         await self._read_gateways()
-        totals = self.tally.totals()
+        counted = self.tally.totals()
+        totals = dict(sorted({**{api: Counts() for api in self.served()}, **counted}.items()))
         if totals == self.accepted:
             return False
         stub = control_plane_pb2_grpc.ControlPlaneStub(self.channel())

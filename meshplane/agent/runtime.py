@@ -111,7 +111,13 @@ class Agent:
         self.serving: dict[str, dict[str, Held]] = {}
         self.backoff = Backoff.of(settings.retry)
         self.reporter = Reporter(state, channel, settings.cluster, backoff=self.backoff)
-        self.figures = FiguresReporter(settings.cluster, envoy_admins(settings), channel, settings.figures_interval)
+        self.figures = FiguresReporter(
+            settings.cluster,
+            envoy_admins(settings),
+            channel,
+            settings.figures_interval,
+            served=lambda: self.serving.get(API_TYPE, {}),
+        )
         self.kube: Kubernetes = (
             ClusterKubernetes(kube, self, self.reporter, channel, settings, self.backoff, program)
             if kube is not None

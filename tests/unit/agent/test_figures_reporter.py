@@ -157,3 +157,21 @@ async def test_figures_the_server_did_not_take_are_sent_again(
     servicer.refuse = False
     assert await reporter.report_once() is True
     assert [reported(r)["shop/orders"][:2] for r in servicer.reports] == [(10, 2)]
+
+
+async def test_an_api_served_that_no_request_reached_is_reported_with_zero_figures(
+    control_plane: tuple[RecordingControlPlane, grpc.aio.Channel],
+) -> None:
+    servicer, channel = control_plane
+    gateways = Gateways({"a:1": stats(shop__orders=(10, 2))})  # Envoy leaves out the stats nothing counted in
+    served = ["shop/orders", "shop/quiet"]
+    reporter = FiguresReporter("edge-1", ["a:1"], lambda: channel, 0.3, read=gateways.read, served=lambda: served)
+
+    assert await reporter.report_once() is True
+    served.append("shop/new")
+    assert await reporter.report_once() is True  # a newly served API has figures at once
+
+    assert [reported(r) for r in servicer.reports] == [
+        {"shop/orders": (10, 2, {"2xx": 8, "5xx": 2}), "shop/quiet": (0, 0, {})},
+        {"shop/new": (0, 0, {}), "shop/orders": (10, 2, {"2xx": 8, "5xx": 2}), "shop/quiet": (0, 0, {})},
+    ]
