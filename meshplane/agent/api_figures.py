@@ -117,7 +117,9 @@ async def read_gateway_stats(envoy_admin: str) -> GatewayStats:
     when they cannot be read."""
     host, port = split_address(envoy_admin)
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT) as client:
+    # Envoy's admin speaks plain HTTP to its own agent: no TLS context to build (30 ms of CPU a client) and no
+    # proxy from the environment to pass through, on a reading made every few seconds per gateway.
+    async with httpx.AsyncClient(timeout=ADMIN_TIMEOUT, verify=False, trust_env=False) as client:
         response = await client.get(f"http://{authority}/stats", params=STATS_QUERY)
         response.raise_for_status()
         stats = response.json()
