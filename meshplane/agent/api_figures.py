@@ -96,12 +96,14 @@ def _latencies(figures: dict[str, ApiFigures], histograms: dict[str, Any]) -> No
                 api.latency_ms[label] = max(api.latency_ms.get(label, 0.0), float(cumulative))
 
 
-def uptime(stats: dict[str, Any]) -> int | None:
-    """Seconds the gateway has been up, as its last stats flush saw it; None when the answer has no uptime."""
+def uptime(stats: dict[str, Any]) -> int:
+    """Seconds the gateway has been up, as its last stats flush saw it. Only used stats are read (see
+    STATS_QUERY) and Envoy sets its uptime when it flushes them, so a gateway that has not flushed since it
+    started has none: it has just started, 0."""
     for entry in stats.get("stats", []):
         if entry.get("name") == "server.uptime":
             return int(entry.get("value", 0))
-    return None
+    return 0
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,10 @@ def envoy_bootstrap(
             "cds_config": _as_dict(ads_source()),
         },
         "static_resources": {"clusters": [_as_dict(xds)]},
+        # No stats sink is configured: a flush only latches the stats for whoever reads them next, so it is
+        # done when the admin is asked (the figures reading, a scrape) instead of every 5 s over every stat
+        # (at 10,000 APIs, 32 ms/s of an idle gateway's CPU against 4 ms/s).
+        "stats_flush_on_admin": True,
         "layered_runtime": {
             "layers": [
                 {"name": "meshplane", "static_layer": {"re2.max_program_size.error_level": RE2_MAX_PROGRAM_SIZE}}

@@ -7,7 +7,8 @@ from typing import Any
 import httpx
 
 from meshplane.agent.admin import admin_app
-from meshplane.agent.api_figures import api_figures
+from meshplane.agent.api_figures import ApiFigures, GatewayStats, api_figures, uptime
+from meshplane.agent.figures import Tally
 from meshplane.xds.cache import ResourceCache
 from meshplane_testing.process import free_port
 
@@ -82,3 +83,19 @@ async def test_the_admin_says_when_the_gateways_stats_cannot_be_read() -> None:
 
     assert response.status_code == 502
     assert "cannot be read" in response.text
+
+
+def test_a_gateway_that_has_not_flushed_its_stats_since_it_started_is_up_for_zero_seconds() -> None:
+    """Only used stats are read, and Envoy sets its uptime when it flushes: a gateway just started has none."""
+    assert uptime({"stats": [{"name": "server.uptime", "value": 42}]}) == 42
+    assert uptime({"stats": []}) == 0
+
+
+def test_a_gateway_restarted_before_it_first_flushed_its_stats_is_seen_restarted() -> None:
+    tally = Tally()
+    tally.read(
+        "a:1",
+        GatewayStats({"shop/orders": ApiFigures(5)}, uptime({"stats": [{"name": "server.uptime", "value": 100}]})),
+    )
+    tally.read("a:1", GatewayStats({"shop/orders": ApiFigures(6)}, uptime({"stats": []})))  # counted more already
+    assert tally.totals()["shop/orders"].requests == 11
