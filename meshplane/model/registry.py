@@ -67,6 +67,8 @@ class Feed(StrEnum):
     """The revoked agent certificates every replica refuses."""
     ROLLOUTS = "rollouts"
     """The versions each cluster is held to while a change rolls out (see `server.projection.Hold`)."""
+    ROLLOUT_POLICIES = "rolloutPolicies"
+    """Which writes roll out: what a write is weighed against (see `server.rollout_policies`)."""
 
 
 class OnDelete(StrEnum):
@@ -439,7 +441,14 @@ REGISTRY = KindRegistry(
             writable=False,
             cluster_made=True,
         ),
-        KindInfo("RolloutPolicy", "rolloutpolicies", Scope.PROJECT, RolloutPolicySpec, writers=_PUBLISHER),
+        KindInfo(
+            "RolloutPolicy",
+            "rolloutpolicies",
+            Scope.PROJECT,
+            RolloutPolicySpec,
+            writers=_PUBLISHER,
+            feeds=frozenset({Feed.ROLLOUT_POLICIES}),
+        ),
         KindInfo("Rollout", "rollouts", Scope.PROJECT, RolloutSpec, writable=False, feeds=frozenset({Feed.ROLLOUTS})),
     ]
 )

@@ -40,19 +40,22 @@ class KnownApis(NamedTuple):
     revision: int
 
 
-ApiLookup = Callable[[APISpec], Awaitable[KnownApis]]
+ApiLookup = Callable[[APISpec, int], Awaitable[KnownApis]]
 """The clusters and the APIs a server holds in memory that may meet the given one (at least those: see
-api_conflicts.route_bucket), so a write need not read every API back from the store; without one, the store
-is read."""
+api_conflicts.route_bucket), as of a revision at least the given one, so a write need not read every API back
+from the store; without one, the store is read."""
 
 
-async def check_access(store: Store, resource: Resource, lookup: ApiLookup | None = None) -> int | None:
-    """Refuse what does not fit with what is stored. Returns the revision as of which the objects of the
-    resource's own kind were weighed, when they were (see collides_with_access_checks)."""
+async def check_access(
+    store: Store, resource: Resource, lookup: ApiLookup | None = None, seen_from: int = 0
+) -> int | None:
+    """Refuse what does not fit with what is stored (a `lookup` includes at least the write at `seen_from`).
+    Returns the revision as of which the objects of the resource's own kind were weighed, when they were (see
+    collides_with_access_checks)."""
     spec = resource.spec
     project = resource.metadata.project or ""
     if isinstance(spec, APISpec):
-        return await _check_api_routes(store, resource, spec, lookup)
+        return await _check_api_routes(store, resource, spec, lookup, seen_from)
     if isinstance(spec, SubscriptionSpec):
         return await _check_subscription(store, project, resource.metadata.name, spec)
     if isinstance(spec, ApplicationSpec) and (spec.client_ids or spec.client_certificates):
@@ -146,9 +149,11 @@ async def _check_target(store: Store, project: str, target: PolicyTarget) -> Non
             raise InvalidObject([FieldError(path="spec.target.operation", message=message)])
 
 
-async def _check_api_routes(store: Store, resource: Resource, spec: APISpec, lookup: ApiLookup | None) -> int:
+async def _check_api_routes(
+    store: Store, resource: Resource, spec: APISpec, lookup: ApiLookup | None, seen_from: int
+) -> int:
     me = (resource.metadata.project or "", resource.metadata.name)
-    clusters, apis, revision = await lookup(spec) if lookup is not None else await _stored_apis(store)
+    clusters, apis, revision = await lookup(spec, seen_from) if lookup is not None else await _stored_apis(store)
     served = served_placement(spec.placement, resource.metadata.origin)
     mine = placed_clusters(served, clusters)
     others: list[tuple[str | None, APISpec]] = []

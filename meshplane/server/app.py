@@ -27,6 +27,7 @@ from meshplane.server.objects import ObjectService
 from meshplane.server.problems import install_problem_handlers
 from meshplane.server.projection import FleetProjection
 from meshplane.server.revocations import revocations_router
+from meshplane.server.rollout_policies import PolicyLookup
 from meshplane.server.rollout_routes import rollout_routes
 from meshplane.server.sealing import Sealer
 from meshplane.server.signing import SigningKeys
@@ -41,6 +42,7 @@ def create_app(
     metrics_need_token: bool = False,
     max_body: int = DEFAULT_MAX_BODY,
     api_lookup: ApiLookup | None = None,
+    policy_lookup: PolicyLookup | None = None,
     tokens: TokenService | None = None,
     signing: SigningKeys | None = None,
     projection: FleetProjection | None = None,
@@ -96,7 +98,7 @@ def create_app(
             await current_principal(request)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    objects = ObjectService(store, api_lookup, sealer)
+    objects = ObjectService(store, api_lookup, sealer, policy_lookup)
     install_object_routes(app, objects)
     install_history_routes(app, store)
     install_dependents_routes(app, objects)

@@ -134,7 +134,7 @@ class Credentials:
                 raise Problem(404, f"Application {application!r} not found in project {project!r}") from None
 
         if signer is None:
-            record = await fenced(lambda: self._unused(spec["sha256"]), store, f"a key of {application}")
+            record = await fenced(lambda _seen_from: self._unused(spec["sha256"]), store, f"a key of {application}")
         else:
             record = await store(None)
         return {**key_view(record), "key": key}

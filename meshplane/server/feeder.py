@@ -14,6 +14,7 @@ from meshplane.observability.metrics import STORE_REVISION
 from meshplane.security.revocation import RevokedCertificates
 from meshplane.server.manifests import ManifestProjection
 from meshplane.server.projection import DeliveredObject, FleetProjection, Hold
+from meshplane.server.rollout_policies import KnownPolicies, RolloutPolicies
 from meshplane.store.errors import Compacted
 from meshplane.store.store import Store
 
@@ -25,7 +26,9 @@ _BATCH = 1000
 _RENDERED = frozenset({Feed.FLEET, Feed.MANIFESTS})
 """What the manifest projection renders from: the clusters and the kinds rendered into manifests."""
 _WATCHED_KINDS = [
-    info.kind for info in REGISTRY if info.delivered or info.feeds & {*_RENDERED, Feed.REVOCATIONS, Feed.ROLLOUTS}
+    info.kind
+    for info in REGISTRY
+    if info.delivered or info.feeds & {*_RENDERED, Feed.REVOCATIONS, Feed.ROLLOUTS, Feed.ROLLOUT_POLICIES}
 ]
 
 
@@ -48,6 +51,7 @@ class ProjectionFeeder:
         self.projection = projection
         self.manifests = manifests
         self.revoked = revoked if revoked is not None else RevokedCertificates()
+        self.policies = RolloutPolicies()
         self.poll_interval = poll_interval
         self.ready = asyncio.Event()
         self.revision = 0
@@ -73,6 +77,7 @@ class ProjectionFeeder:
         self.manifests.reset(o for o in objects if feeds[o.key] & _RENDERED)
         self.manifests.flush()
         self.revoked.reset(o.name for o in objects if Feed.REVOCATIONS in feeds[o.key])
+        self.policies.reset(o for o in objects if Feed.ROLLOUT_POLICIES in feeds[o.key])
         delivered = [o for o in objects if REGISTRY.get(o.kind).delivered]
         self._targets = {}
         holds = await self._holds(
@@ -154,6 +159,12 @@ class ProjectionFeeder:
             stored = current.get(key)
             if Feed.ROLLOUTS in info.feeds:
                 continue
+            if Feed.ROLLOUT_POLICIES in info.feeds:
+                if stored is None:
+                    self.policies.remove(key)
+                else:
+                    self.policies.upsert(stored)
+                continue
             if Feed.REVOCATIONS in info.feeds:
                 if stored is None:
                     self.revoked.forget(name)
@@ -178,13 +189,19 @@ class ProjectionFeeder:
                 self.projection.upsert_object(stored, trace)
         self.manifests.flush()
 
-    async def caught_up(self) -> None:
-        """Until the projection holds every write this server has committed so far: what a write-time check
-        reads from it then includes the writes already answered."""
-        target = self.store.committed
-        while self.revision < target:
+    async def reached(self, revision: int) -> None:
+        """Until the projection holds every write up to `revision`: what a write-time check reads from it then
+        includes that write (with this store's `committed`, every write this server has answered)."""
+        while self.revision < revision:
             self._advanced.clear()
             await self._advanced.wait()
+
+    async def known_policies(self, project: str, seen_from: int = 0) -> KnownPolicies:
+        """The project's rollout policies as held now, once they include the write at `seen_from`. A write
+        weighed against them is fenced at their revision (see `rollout_writes`): one that a policy written
+        meanwhile would govern is refused and weighed again, so they need not wait for this server's writes."""
+        await self.reached(seen_from)
+        return KnownPolicies(self.policies.of(project), self.revision)
 
     def _advance(self, revision: int) -> None:
         self.revision = revision

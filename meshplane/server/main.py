@@ -125,10 +125,10 @@ class ClusterPresence(NoCallbacks):
 
 def current_api_lookup(feeder: ProjectionFeeder, projection: FleetProjection) -> ApiLookup:
     """The projection's known APIs once it holds every write this server has answered, so two writes in a
-    row from one client are checked against each other."""
+    row from one client are checked against each other, and the write at `seen_from` (another replica's, say)."""
 
-    async def lookup(spec: APISpec) -> KnownApis:
-        await feeder.caught_up()
+    async def lookup(spec: APISpec, seen_from: int) -> KnownApis:
+        await feeder.reached(max(seen_from, feeder.store.committed))
         return KnownApis(*projection.api_lookup(spec), feeder.revision)
 
     return lookup
@@ -262,7 +262,8 @@ async def run_server(
     )
     api_lookup = current_api_lookup(feeder, projection)
     control_plane_pb2_grpc.add_ControlPlaneServicer_to_server(
-        ControlPlaneService(clusters, reported, ObjectService(store, api_lookup, sealer)), grpc_server
+        ControlPlaneService(clusters, reported, ObjectService(store, api_lookup, sealer, feeder.known_policies)),
+        grpc_server,
     )
 
     app = create_app(
@@ -272,6 +273,7 @@ async def run_server(
         metrics_need_token=settings.metrics_need_token,
         max_body=settings.max_body_bytes,
         api_lookup=api_lookup,
+        policy_lookup=feeder.known_policies,
         tokens=tokens,
         signing=signing,
         projection=projection,

@@ -30,11 +30,12 @@ from meshplane.server.references import (
     referenced,
     refuse_referenced,
 )
+from meshplane.server.rollout_policies import PolicyLookup
 from meshplane.server.rollout_writes import rollout_companion
 from meshplane.server.sealing import STORED, Sealer
 from meshplane.server.service_endpoints import rehome
 from meshplane.server.tls_checks import check_certificate_dates
-from meshplane.store.batch import Fence
+from meshplane.store.batch import Companion, Fence, joined
 from meshplane.store.errors import Conflict, NotFound, Overtaken, OwnedElsewhere
 from meshplane.store.store import Store
 
@@ -114,6 +115,7 @@ def _in_project(project: str | None, resource: Resource) -> Iterator[None]:
 
 
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 
 _USER_KINDS_IN_PROJECTS = [info for info in REGISTRY if info.namespaced and (info.writable or info.cluster_made)]
 """What a project must not hold when it is deleted: what users wrote, and what clusters made (a route a cluster
@@ -135,24 +137,31 @@ def _fence(resource: Resource, seen: list[int | None]) -> Fence | None:
     return Fence(min(revisions), frozenset({resource.kind}), collides)
 
 
-async def fenced(
-    check: Callable[[], Awaitable[Fence | None]], write: Callable[[Fence | None], Awaitable[_T]], what: str
-) -> _T:
-    """`write` once `check` passes, with the fence it returns, so that the write commits only if nothing checked
-    changed meanwhile (concurrent writes, here or on another server); if something did, it is checked again."""
+async def fenced(check: Callable[[int], Awaitable[_C]], write: Callable[[_C], Awaitable[_T]], what: str) -> _T:
+    """`write` once `check` passes, with what it returns (the fence), so that the write commits only if nothing
+    checked changed meanwhile (concurrent writes, here or on another server); if something did, it is checked
+    again, told the revision of what overtook it (0 the first time) so that what it reads includes that."""
+    seen_from = 0
     for _ in range(CHECK_ATTEMPTS):
-        fence = await check()
+        checked = await check(seen_from)
         try:
-            return await write(fence)
-        except Overtaken:
-            continue
+            return await write(checked)
+        except Overtaken as exc:
+            seen_from = exc.revision
     raise Problem(409, f"{what}: what it is checked against kept changing; retry")
 
 
 class ObjectService:
-    def __init__(self, store: Store, api_lookup: ApiLookup | None = None, sealer: Sealer | None = None):
+    def __init__(
+        self,
+        store: Store,
+        api_lookup: ApiLookup | None = None,
+        sealer: Sealer | None = None,
+        policy_lookup: PolicyLookup | None = None,
+    ):
         self.store = store
         self.api_lookup = api_lookup
+        self.policy_lookup = policy_lookup
         self.sealer = sealer
         """Seals write-only fields; without one, a write that carries such a value is refused."""
         self.continue_tokens = ContinueTokens(store)
@@ -230,19 +239,28 @@ class ObjectService:
         check_certificate_dates(resource)
         return resource
 
-    async def _checked_write(self, resource: Resource, write: Callable[[Fence | None], Awaitable[_T]]) -> _T:
-        """`write` the resource once it fits with what is stored (see `fenced`). That its project exists is
-        checked by the write itself (see `_in_project`)."""
+    async def _checked_write(
+        self, info: KindInfo, resource: Resource, write: Callable[[Fence | None, Companion | None], Awaitable[_T]]
+    ) -> _T:
+        """`write` the resource, with what its rollout commits with, once it fits with what is stored (see
+        `fenced`). That its project exists is checked by the write itself (see `_in_project`)."""
+        meta = resource.metadata
 
-        async def check() -> Fence | None:
+        async def check(seen_from: int) -> tuple[Fence | None, Companion | None]:
             await check_references(self.store, resource)
             seen = [
                 await check_intent(self.store, resource),
-                await check_access(self.store, resource, self.api_lookup),
+                await check_access(self.store, resource, self.api_lookup, seen_from),
             ]
-            return _fence(resource, seen)
+            companion, policies = await rollout_companion(
+                self.store, info, meta.project, meta.name, meta.labels, meta.origin, self.policy_lookup, seen_from
+            )
+            return joined(_fence(resource, seen), policies), companion
 
-        return await fenced(check, write, f"{resource.kind} {resource.metadata.name}")
+        async def write_checked(checked: tuple[Fence | None, Companion | None]) -> _T:
+            return await write(*checked)
+
+        return await fenced(check, write_checked, f"{resource.kind} {meta.name}")
 
     async def create(self, info: KindInfo, project: str | None, doc: Mapping[str, Any]) -> Resource:
         with _write_span(info, "create", project, None) as span:
@@ -250,16 +268,15 @@ class ObjectService:
                 resource = await self._sealed(info, self.validate(info, project, None, doc))
                 meta = resource.metadata
                 span.set_attribute("meshplane.name", meta.name)
-                companion = await rollout_companion(self.store, info, meta.project, meta.name, meta.labels, meta.origin)
 
-                async def create(fence: Fence | None) -> StoredObject:
+                async def create(fence: Fence | None, companion: Companion | None) -> StoredObject:
                     with _in_project(project, resource):
                         written = _written(resource, project)
                         return await self.store.create(
                             info.kind, meta.project or "", meta.name, fence=fence, companion=companion, **written
                         )
 
-                stored = await self._checked_write(resource, create)
+                stored = await self._checked_write(info, resource, create)
             await self._project_changed(info, meta.name)
             return to_resource(info, stored)
 
@@ -312,9 +329,8 @@ class ObjectService:
         expected = parse_revision(if_match, "If-Match")
         if expected is None:
             expected = parse_revision(meta.resource_version)
-        companion = await rollout_companion(self.store, info, meta.project, meta.name, meta.labels, meta.origin)
 
-        async def put(fence: Fence | None) -> tuple[StoredObject, bool]:
+        async def put(fence: Fence | None, companion: Companion | None) -> tuple[StoredObject, bool]:
             with _in_project(project, resource), _owned_here(origin):
                 written = _written(resource, project)
                 return await self.store.put(
@@ -328,7 +344,7 @@ class ObjectService:
                     **written,
                 )
 
-        stored, created = await self._checked_write(resource, put)
+        stored, created = await self._checked_write(info, resource, put)
         if created:
             await self._project_changed(info, meta.name)
         return to_resource(info, stored), created
@@ -374,7 +390,7 @@ class ObjectService:
                 await self.require_project(project)
             expected = parse_revision(if_match, "If-Match")
 
-            async def check() -> Fence | None:
+            async def check(_seen_from: int) -> Fence | None:
                 if info.kind == "Project":
                     return await self._refuse_non_empty_project(name)
                 return await refuse_referenced(self.store, info.kind, project or "", name)

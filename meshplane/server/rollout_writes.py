@@ -15,7 +15,8 @@ from meshplane.model.registry import KindInfo
 from meshplane.model.rollouts import RolloutPolicySpec, RolloutSpec, TargetRef, rollout_name
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.server.rollout_plan import start, superseded_by
-from meshplane.store.batch import Companion, WriteBatch
+from meshplane.server.rollout_policies import KnownPolicies, PolicyLookup
+from meshplane.store.batch import Companion, Fence, WriteBatch
 from meshplane.store.store import Store
 
 ROLLOUT = "Rollout"
@@ -26,31 +27,34 @@ def rollout_key(kind: str, project: str, name: str) -> ObjectKey:
     return (ROLLOUT, project, rollout_name(kind, name))
 
 
-async def governing_policy(
-    store: Store, kind: str, project: str, labels: dict[str, str]
-) -> tuple[str, RolloutPolicySpec] | None:
-    """The policy a write of this object goes through (the first by name that selects it), if any."""
-    policies, _ = await store.list(POLICY, project)
-    for policy in policies:
-        spec = RolloutPolicySpec.model_validate(policy.spec)
-        if spec.selector.governs(kind, labels):
-            return policy.name, spec
-    return None
+async def stored_policies(store: Store, project: str) -> KnownPolicies:
+    """A project's policies read from the store, for a server that holds none in memory."""
+    policies, revision = await store.list(POLICY, project)
+    return KnownPolicies([(p.name, RolloutPolicySpec.model_validate(p.spec)) for p in policies], revision)
 
 
 async def rollout_companion(
-    store: Store, info: KindInfo, project: str | None, name: str, labels: dict[str, str], origin: str | None
-) -> Companion | None:
+    store: Store,
+    info: KindInfo,
+    project: str | None,
+    name: str,
+    labels: dict[str, str],
+    origin: str | None,
+    lookup: PolicyLookup | None = None,
+    seen_from: int = 0,
+) -> tuple[Companion | None, Fence | None]:
     """What a write of this object commits with: a new Rollout when a policy governs it, and the end of the
-    object's active rollout when there is one; None when neither can be."""
+    object's active rollout when there is one; and the fence that refuses the write when a policy of its
+    project was written after the policies it was weighed against (which include the write at `seen_from`).
+    (None, None) when neither can be."""
     if not info.delivered or not info.writable or not project or origin_cluster(origin) is not None:
-        return None
+        return None, None
+    known = await lookup(project, seen_from) if lookup is not None else await stored_policies(store, project)
+    policy = next(((n, spec) for n, spec in known.policies if spec.selector.governs(info.kind, labels)), None)
+    fence = Fence(known.revision, frozenset({POLICY}), lambda other: other.project == project)
     key = rollout_key(info.kind, project, name)
-    policy = await governing_policy(store, info.kind, project, labels)
-    if policy is None and not await store.get_many([key]):
-        return None
+    revisions = await store.content_revision(info.kind, project, name) if policy is not None else None
     target = TargetRef(kind=info.kind, name=name)
-    revisions = await store.content_revision(info.kind, project, name)
 
     def record(batch: WriteBatch, current: StoredObject | None) -> None:
         existing = batch.current(*key)
@@ -78,7 +82,7 @@ async def rollout_companion(
         else:
             batch.record(batch.changed_from(rollout, spec=wire, generation=rollout.generation + 1), "update")
 
-    return Companion((key,), record)
+    return Companion((key,), record), fence
 
 
 def baseline_revision(current: StoredObject, read: tuple[int, int] | None) -> int:

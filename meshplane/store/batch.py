@@ -39,6 +39,21 @@ class Fence:
     collides: Callable[[StoredObject], bool]
 
 
+def joined(*fences: Fence | None) -> Fence | None:
+    """One fence holding what each of `fences` holds: an object collides with it if it was written after the
+    revision of a fence of its kind and collides with that fence."""
+    present = [fence for fence in fences if fence is not None]
+    if len(present) < 2:
+        return present[0] if present else None
+
+    def collides(other: StoredObject) -> bool:
+        return any(
+            other.revision > fence.revision and other.kind in fence.kinds and fence.collides(other) for fence in present
+        )
+
+    return Fence(min(f.revision for f in present), frozenset().union(*(f.kinds for f in present)), collides)
+
+
 @dataclass(frozen=True, slots=True)
 class Companion:
     """Changes to other objects that commit with a write, ahead of it in revision order: a reader of the event log

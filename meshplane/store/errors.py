@@ -45,9 +45,11 @@ class Conflict(StoreError):
 class Overtaken(StoreError):
     """An object the write's checks would have weighed was written after they read the store: check again."""
 
-    def __init__(self, kind: str, project: str, name: str, *, by: tuple[str, str, str]) -> None:
+    def __init__(self, kind: str, project: str, name: str, *, by: tuple[str, str, str], revision: int) -> None:
         super().__init__(f"{_ref(kind, project, name)} was overtaken by a write of {_ref(*by)}")
         self.by = by
+        self.revision = revision
+        """The revision of the write that overtook it: the checks done again must see at least that one."""
 
 
 class Compacted(StoreError):

@@ -7,7 +7,7 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, and_, bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -70,7 +70,22 @@ async def load(conn: AsyncConnection, kind: str, project: str, name: str) -> Sto
 
 
 _KEYS_PER_STATEMENT = 300
-"""(kind, project, name) triples per IN list: well inside every backend's limit on bound parameters."""
+"""(kind, project, name) triples per statement: well inside every backend's limit on bound parameters."""
+
+
+def _by_key(keys: Iterable[tuple[str, str, str]]) -> ColumnElement[bool]:
+    """Objects with these (kind, project, name) keys, as one name list per kind and project: SQLite
+    searches its key index for each (a list of whole triples, `(kind, project, name) IN (VALUES ...)`, it
+    answers by scanning the table)."""
+    names: dict[tuple[str, str], list[str]] = {}
+    for kind, project, name in keys:
+        names.setdefault((kind, project), []).append(name)
+    return or_(
+        *(
+            and_(objects.c.kind == kind, objects.c.project == project, objects.c.name.in_(named))
+            for (kind, project), named in names.items()
+        )
+    )
 
 
 async def load_many(
@@ -78,16 +93,17 @@ async def load_many(
 ) -> list[StoredObject]:
     """The rows of the given keys that exist, tombstones included, in no particular order; and in the same
     statement as the first keys, with `written_after` (revision, kinds), the rows of those kinds written after
-    that revision."""
+    that revision (read by the revision index, whatever their kind: the kinds are picked here)."""
     wanted = list(keys)
     found: list[StoredObject] = []
+    kinds = frozenset(written_after[1]) if written_after is not None else frozenset()
     for start in range(0, len(wanted), _KEYS_PER_STATEMENT):
-        chunk = wanted[start : start + _KEYS_PER_STATEMENT]
-        condition = tuple_(objects.c.kind, objects.c.project, objects.c.name).in_(chunk)
+        chunk = set(wanted[start : start + _KEYS_PER_STATEMENT])
+        condition = _by_key(chunk)
         if written_after is not None and start == 0:
-            revision, kinds = written_after
-            condition = or_(condition, and_(objects.c.revision > revision, objects.c.kind.in_(list(kinds))))
-        found.extend(StoredObject(**row._mapping) for row in await conn.execute(select(objects).where(condition)))
+            condition = or_(condition, objects.c.revision > written_after[0])
+        rows = (StoredObject(**row._mapping) for row in await conn.execute(select(objects).where(condition)))
+        found.extend(o for o in rows if o.key in chunk or o.kind in kinds)
     return found
 
 

@@ -830,7 +830,7 @@ def _hold_fence(batch: WriteBatch, fence: Fence | None, key: ObjectKey) -> None:
         return
     for obj in batch.written_since(fence.revision, fence.kinds):
         if obj.key != key and not obj.deleted and fence.collides(obj):
-            raise Overtaken(*key, by=obj.key)
+            raise Overtaken(*key, by=obj.key, revision=obj.revision)
 
 
 def _record_status(batch: WriteBatch, current: StoredObject, status: dict[str, Any]) -> StoredObject:

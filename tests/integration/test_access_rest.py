@@ -503,7 +503,7 @@ async def test_a_write_overtaken_again_and_again_gives_up_with_409_and_stores_no
 
     async def always_overtaken(kind: str, project: str, name: str, **_: Any) -> None:
         attempts.append(1)
-        raise Overtaken(kind, project, name, by=("API", "other", "rival"))
+        raise Overtaken(kind, project, name, by=("API", "other", "rival"), revision=1)
 
     monkeypatch.setattr(store, "put", always_overtaken)
     response = await put(client, "apis", api("orders", project="shop"))
