@@ -9,7 +9,8 @@ Two floors, in the same run. The database: on the same PostgreSQL, as many async
 its own row (`UPDATE ... SET n = n + 1 WHERE id = $1`, autocommit); the same with every connection on one
 counter row (the row lock a revision takes) is shown beside it. The HTTP stack the API is built on: the same
 PUTs from the same wrk to a FastAPI route on uvicorn, configured as the server's, that parses the body into a
-dict and answers it back, in a process of its own. Prints one JSON object.
+dict and answers it back, in a process of its own. The target is PostgreSQL's rate at 0.3x the HTTP floor's.
+Prints one JSON object.
 
     .venv/bin/python -m bench.writes [--seconds 10] [--clients 8] [--sqlite | --postgres] [--quick]
 """
@@ -73,6 +74,7 @@ end
 )
 """wrk's request for every PUT: a new API named `prefix` and a count, from one API document."""
 TARGET_RATIO = 0.3
+"""Of the HTTP floor, on PostgreSQL: a whole write at a third of the speed of a handler that does nothing."""
 BACKEND_PORT = 9
 
 
@@ -194,12 +196,12 @@ async def run(stores: list[str], clients: int, seconds: int, statements: int) ->
     }
     if bare is not None and POSTGRESQL in results:
         measured = results[POSTGRESQL]["per_second"]
-        report["ratio_to_floor"] = {
+        report["ratio_to_postgresql_floor"] = {
             "own_row": ratio(measured, bare["per_second"]),
             "counter_row": ratio(measured, bare["counter_row"]["per_second"]),
         }
-        report["target_ratio"] = TARGET_RATIO
-        report["met"] = measured >= TARGET_RATIO * bare["per_second"]
+        report["target_ratio_to_http_floor"] = TARGET_RATIO
+        report["met"] = measured >= TARGET_RATIO * http["per_second"]
     return report
 
 
