@@ -34,7 +34,8 @@ _WATCHED_KINDS = [
 
 class ProjectionFeeder:
     """Level-triggered: every batch of events names objects to re-read (in the same snapshot as the events),
-    never trusts event payloads.
+    never trusts event payloads. The changes this server committed itself, right after what the projection
+    holds, it takes from the store's memory instead of reading them back (see `Store.held_changes`).
 
     What it does take from an event is its trace context: the pushes of that change join the write's trace.
     """
@@ -90,7 +91,8 @@ class ProjectionFeeder:
 
     async def _tail(self) -> None:
         while True:
-            events, current = await self.store.changes_since(self.revision, _BATCH, status_changes=False)
+            held = self.store.held_changes(self.revision)
+            events, current = held or await self.store.changes_since(self.revision, _BATCH, status_changes=False)
             changed: dict[ObjectKey, Mapping[str, str] | None] = {}
             oldest: float | None = None
             for event in events:

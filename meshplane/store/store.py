@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextlib
 import functools
 import json
@@ -44,6 +45,8 @@ _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
 _GROUP_LIMIT = 256
 """Writes committed together at most: a bound on one transaction's size and on the wait of the last in it."""
+_HELD_CHANGES = 4096
+"""Changes of this instance's newest commits kept in memory for `held_changes`, at most (whole commits)."""
 
 
 def _plain(value: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +83,22 @@ class _Expected:
 
 
 @dataclass(frozen=True, slots=True)
+class _Commit:
+    """One transaction this instance committed: its changes, at consecutive revisions, and when."""
+
+    at: datetime
+    changes: builtins.list[Change]
+
+    @property
+    def first(self) -> int:
+        return self.changes[0].obj.revision
+
+    @property
+    def last(self) -> int:
+        return self.changes[-1].obj.revision
+
+
+@dataclass(frozen=True, slots=True)
 class _Report:
     """One cluster report waiting to be written, and the caller waiting for its outcome."""
 
@@ -113,6 +132,11 @@ class Store:
         self._written = asyncio.Event()
         self._committed = 0
         """The newest revision this instance committed."""
+        self._notified = 0
+        """The newest revision another writer announced it committed (PostgreSQL's NOTIFY)."""
+        self._held: collections.deque[_Commit] = collections.deque()
+        """This instance's newest commits, oldest first (see `held_changes`)."""
+        self._held_count = 0
         self._reports: builtins.list[_Report] = []
         self._pending: builtins.list[_Pending[Any]] = []
         self._committing: asyncio.Task[None] | None = None
@@ -130,9 +154,14 @@ class Store:
             return
         try:
             self._listener = await asyncpg.connect(self.driver_dsn)
-            await self._listener.add_listener(NOTIFY_CHANNEL, lambda *_: self._wake())
+            await self._listener.add_listener(NOTIFY_CHANNEL, self._notify)
         except (OSError, asyncpg.PostgresError):
             self._listener = None
+
+    def _notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        """A commit announced by any writer on the database, this one included; its payload is its revision."""
+        self._notified = max(self._notified, int(payload))
+        self._wake()
 
     def _wake(self) -> None:
         self._written.set()
@@ -575,6 +604,37 @@ class Store:
             named = await queries.load_many(conn, wanted)
         return events, _live_by_key(named)
 
+    def held_changes(
+        self, revision: int
+    ) -> tuple[builtins.list[Event], dict[tuple[str, str, str], StoredObject]] | None:
+        """What `changes_since(revision)` reads, without reading it, when this instance committed the changes
+        right after `revision` itself and still holds them: their events and the live objects they name, as
+        the last of those commits left them. It stops before a revision another writer took; None when that
+        is the very next one, or the changes are no longer held: the caller reads the store."""
+        expected, taken = revision + 1, []
+        for commit in self._held:
+            if commit.last < expected:
+                continue
+            if commit.first != expected:
+                break
+            taken.append(commit)
+            expected = commit.last + 1
+        if not taken:
+            return None
+        events = [
+            Event(c.obj.revision, c.op, c.obj.kind, c.obj.project, c.obj.name, c.trace_context, commit.at)
+            for commit in taken
+            for c in commit.changes
+        ]
+        latest = {c.obj.key: c.obj for commit in taken for c in commit.changes}
+        return events, _live_by_key(latest.values())
+
+    def _hold(self, commit: _Commit) -> None:
+        self._held.append(commit)
+        self._held_count += len(commit.changes)
+        while self._held_count > _HELD_CHANGES and len(self._held) > 1:
+            self._held_count -= len(self._held.popleft().changes)
+
     @_timed
     async def history(
         self, kind: str, project: str, name: str, *, limit: int | None = None
@@ -658,21 +718,24 @@ class Store:
     async def wait_for_revision(self, after: int, timeout: float) -> int:  # noqa: ASYNC109 - the API's contract
         """The current revision once it passes `after`, or whatever it is when `timeout` runs out.
 
-        This instance's writes wake the wait at once (and need no read to tell); polling catches writes
-        made by other processes.
+        This instance's writes, and on PostgreSQL those of every other (NOTIFY), wake the wait at once and need
+        no read to tell; polling, every _POLL_INTERVAL of waiting, catches writes made by other processes on a
+        SQLite file.
         """
         await self._listen()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             written = self._written
-            if self._committed > after:
-                return self._committed
-            revision = await self.current_revision()
+            known = max(self._committed, self._notified)
+            if known > after:
+                return known
             remaining = deadline - loop.time()
+            if remaining > 0 and await wait_at_most(min(_POLL_INTERVAL, remaining), written.wait()):
+                continue
+            revision = await self.current_revision()
             if revision > after or remaining <= 0:
                 return revision
-            await wait_at_most(min(_POLL_INTERVAL, remaining), written.wait())
 
     # -- transactions --------------------------------------------------------------------------------------
 
@@ -761,6 +824,7 @@ class Store:
                 await conn.commit()
         if batch.changes:
             self._committed = max(self._committed, batch.revision)
+            self._hold(_Commit(batch.now, batch.changes))
             self._wake()
         for pending, outcome in zip(group, decided, strict=True):
             pending.done.set_result(outcome)

@@ -41,8 +41,10 @@ def test_a_rollout_survives_its_leader_killed_mid_bake(tmp_path: Path, shared_da
             changed = documents.api("orders", labels={"tier": "prod"}, basePath="/v2/orders")
             on_a.put("/v1/projects/default/apis/orders", json=changed).raise_for_status()
             eventually(lambda: rollout(on_a)["currentWave"] == 1, timeout=15, interval=0.1, what="the second wave")
-        leader, survivor = (a, b) if moved_here(a) else (b, a)
-        assert moved_here(leader) and not moved_here(survivor)  # one replica drives a rollout
+        # The leader logs a move once its write commits, so a reader may see the move just before the log has it.
+        leader = eventually(lambda: next((s for s in (a, b) if moved_here(s)), None), timeout=5, what="the move logged")
+        survivor = b if leader is a else a
+        assert not moved_here(survivor)  # one replica drives a rollout
         leader.process.kill()
         with survivor.http() as on_survivor:
             at_kill = rollout(on_survivor)
