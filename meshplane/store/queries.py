@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import TextualSelect, and_, bindparam, case, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -69,42 +70,50 @@ async def load(conn: AsyncConnection, kind: str, project: str, name: str) -> Sto
     return StoredObject(**row._mapping) if row is not None else None
 
 
-_KEYS_PER_STATEMENT = 300
-"""(kind, project, name) triples per statement: well inside every backend's limit on bound parameters."""
+_COLUMNS = ", ".join(column.name for column in objects.columns)
+_KEYS_FROM = {
+    "postgresql": "SELECT * FROM unnest(CAST(:kinds AS text[]), CAST(:projects AS text[]), CAST(:names AS text[]))",
+    "sqlite": "SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(:keys)",
+}
+"""The (kind, project, name) keys a statement is given, as rows: three arrays on PostgreSQL, one JSON list of
+triples on SQLite. One parameter however many keys: the statement is the same text every time, and each
+database searches its key index once per key."""
 
 
-def _by_key(keys: Iterable[tuple[str, str, str]]) -> ColumnElement[bool]:
-    """Objects with these (kind, project, name) keys, as one name list per kind and project: SQLite
-    searches its key index for each (a list of whole triples, `(kind, project, name) IN (VALUES ...)`, it
-    answers by scanning the table)."""
-    names: dict[tuple[str, str], list[str]] = {}
-    for kind, project, name in keys:
-        names.setdefault((kind, project), []).append(name)
-    return or_(
-        *(
-            and_(objects.c.kind == kind, objects.c.project == project, objects.c.name.in_(named))
-            for (kind, project), named in names.items()
-        )
-    )
+def _by_key_statement(dialect: str, written_after: bool) -> TextualSelect:
+    by_key = f"SELECT {_COLUMNS} FROM objects WHERE (kind, project, name) IN ({_KEYS_FROM[dialect]})"
+    if written_after:
+        by_key += f" UNION ALL SELECT {_COLUMNS} FROM objects WHERE revision > :after"
+    return text(by_key).columns(*objects.columns)
+
+
+_BY_KEY = {(dialect, fenced): _by_key_statement(dialect, fenced) for dialect in _KEYS_FROM for fenced in (False, True)}
+
+
+def _key_parameters(dialect: str, keys: list[tuple[str, str, str]]) -> dict[str, Any]:
+    if dialect == "sqlite":
+        return {"keys": json.dumps(keys)}
+    return {"kinds": [k[0] for k in keys], "projects": [k[1] for k in keys], "names": [k[2] for k in keys]}
 
 
 async def load_many(
     conn: AsyncConnection, keys: Iterable[tuple[str, str, str]], written_after: tuple[int, Iterable[str]] | None = None
 ) -> list[StoredObject]:
     """The rows of the given keys that exist, tombstones included, in no particular order; and in the same
-    statement as the first keys, with `written_after` (revision, kinds), the rows of those kinds written after
-    that revision (read by the revision index, whatever their kind: the kinds are picked here)."""
-    wanted = list(keys)
-    found: list[StoredObject] = []
-    kinds = frozenset(written_after[1]) if written_after is not None else frozenset()
-    for start in range(0, len(wanted), _KEYS_PER_STATEMENT):
-        chunk = set(wanted[start : start + _KEYS_PER_STATEMENT])
-        condition = _by_key(chunk)
-        if written_after is not None and start == 0:
-            condition = or_(condition, objects.c.revision > written_after[0])
-        rows = (StoredObject(**row._mapping) for row in await conn.execute(select(objects).where(condition)))
-        found.extend(o for o in rows if o.key in chunk or o.kind in kinds)
-    return found
+    statement, with `written_after` (revision, kinds), the rows of those kinds written after that revision
+    (read by the revision index, whatever their kind: the kinds are picked here)."""
+    wanted = set(keys)
+    dialect = conn.dialect.name
+    parameters = _key_parameters(dialect, sorted(wanted))
+    if written_after is not None:
+        parameters["after"] = written_after[0]
+    statement = _BY_KEY[dialect, written_after is not None]
+    rows = [StoredObject(**row._mapping) for row in await conn.execute(statement, parameters)]
+    if written_after is None:
+        return rows
+    kinds = frozenset(written_after[1])
+    # A row both named and written after the revision comes twice, once from each half.
+    return list({o.key: o for o in rows if o.key in wanted or o.kind in kinds}.values())
 
 
 async def insert_objects(conn: AsyncConnection, born: Iterable[StoredObject]) -> None:
