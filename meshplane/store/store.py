@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -134,6 +135,8 @@ class Store:
         """The newest revision this instance committed."""
         self._notified = 0
         """The newest revision another writer announced it committed (PostgreSQL's NOTIFY)."""
+        self._writer_id = uuid.uuid4().hex
+        """Names this instance's NOTIFYs, so that it knows them for its own."""
         self._held: collections.deque[_Commit] = collections.deque()
         """This instance's newest commits, oldest first (see `held_changes`)."""
         self._held_count = 0
@@ -159,9 +162,12 @@ class Store:
             self._listener = None
 
     def _notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        """A commit announced by any writer on the database, this one included; its payload is its revision."""
-        self._notified = max(self._notified, int(payload))
-        self._wake()
+        """A commit announced by a writer on the database: its payload is its revision and the writer's id. This
+        instance's own are skipped: it knows them when they commit, and the NOTIFY can come before that."""
+        revision, _, writer = payload.partition(" ")
+        if writer != self._writer_id:
+            self._notified = max(self._notified, int(revision))
+            self._wake()
 
     def _wake(self) -> None:
         self._written.set()
@@ -818,8 +824,8 @@ class Store:
                 if self.dialect == "postgresql":
                     # Delivered at commit: other replicas' waits wake without polling.
                     await conn.execute(
-                        text("SELECT pg_notify(:channel, :revision)"),
-                        {"channel": NOTIFY_CHANNEL, "revision": str(batch.revision)},
+                        text("SELECT pg_notify(:channel, :payload)"),
+                        {"channel": NOTIFY_CHANNEL, "payload": f"{batch.revision} {self._writer_id}"},
                     )
                 await conn.commit()
         if batch.changes:
