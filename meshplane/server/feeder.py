@@ -107,7 +107,13 @@ class ProjectionFeeder:
             if events:
                 self._advance(events[-1].revision)
             if len(events) < _BATCH:
-                await self.store.wait_for_revision(self.revision, timeout=self.poll_interval)
+                await self._next_revision()
+
+    async def _next_revision(self) -> None:
+        """Until the store has a revision past what the projection holds: while nothing is written, the event
+        log is not read, only the revision, once a poll interval."""
+        while await self.store.wait_for_revision(self.revision, timeout=self.poll_interval) <= self.revision:
+            continue
 
     async def _holds(
         self, rollouts: list[ObjectKey], current: Mapping[ObjectKey, StoredObject]

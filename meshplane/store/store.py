@@ -14,6 +14,7 @@ import builtins
 import collections
 import contextlib
 import functools
+import itertools
 import json
 import time
 import uuid
@@ -617,10 +618,9 @@ class Store:
         right after `revision` itself and still holds them: their events and the live objects they name, as
         the last of those commits left them. It stops before a revision another writer took; None when that
         is the very next one, or the changes are no longer held: the caller reads the store."""
+        newer = list(itertools.takewhile(lambda commit: commit.last > revision, reversed(self._held)))
         expected, taken = revision + 1, []
-        for commit in self._held:
-            if commit.last < expected:
-                continue
+        for commit in reversed(newer):
             if commit.first != expected:
                 break
             taken.append(commit)
