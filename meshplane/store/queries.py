@@ -37,7 +37,7 @@ _EVENT_COLUMNS = [
 _OBJECT_FIELDS = tuple(f.name for f in fields(StoredObject))
 
 
-def _row(obj: StoredObject) -> dict[str, Any]:
+def object_row(obj: StoredObject) -> dict[str, Any]:
     """An object's column values as they are (no deep copy of spec and status, as `asdict` would make)."""
     return {name: getattr(obj, name) for name in _OBJECT_FIELDS}
 
@@ -118,7 +118,7 @@ async def load_many(
 
 async def insert_objects(conn: AsyncConnection, born: Iterable[StoredObject]) -> None:
     """Rows for objects that had none: one statement, executed once per row."""
-    rows = [_row(o) for o in born]
+    rows = [object_row(o) for o in born]
     if rows:
         await conn.execute(insert(objects), rows)
 
@@ -130,14 +130,14 @@ async def rewrite(conn: AsyncConnection, changed: Iterable[StoredObject]) -> Non
         objects.c.project == bindparam("key_project"),
         objects.c.name == bindparam("key_name"),
     )
-    rows = [{**_row(o), "key_kind": o.kind, "key_project": o.project, "key_name": o.name} for o in changed]
+    rows = [{**object_row(o), "key_kind": o.kind, "key_project": o.project, "key_name": o.name} for o in changed]
     if rows:
         await conn.execute(statement, rows)
 
 
-async def append_events(conn: AsyncConnection, changes: Iterable[Change], at: datetime) -> None:
+def event_rows(changes: Iterable[Change], at: datetime) -> list[dict[str, Any]]:
     """One event per change, at the revision the change took."""
-    rows = [
+    return [
         {
             "revision": change.obj.revision,
             "op": change.op,
@@ -149,7 +149,10 @@ async def append_events(conn: AsyncConnection, changes: Iterable[Change], at: da
         }
         for change in changes
     ]
-    if rows:
+
+
+async def append_events(conn: AsyncConnection, changes: Iterable[Change], at: datetime) -> None:
+    if rows := event_rows(changes, at):
         await conn.execute(insert(events), rows)
 
 
@@ -329,9 +332,9 @@ CONTENT_OPS = frozenset({"create", "update", "delete"})
 """The changes history and audit keep: status writes are the system's account of an object, not a version."""
 
 
-async def append_history_and_audit(
-    conn: AsyncConnection, written: Iterable[tuple[Change, Actor]], at: datetime
-) -> None:
+def history_and_audit_rows(
+    written: Iterable[tuple[Change, Actor]], at: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A history row (the version) and an audit row (who, from where) per change of content, at its revision."""
     versions: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
@@ -368,6 +371,13 @@ async def append_history_and_audit(
                 "generation": obj.generation,
             }
         )
+    return versions, entries
+
+
+async def append_history_and_audit(
+    conn: AsyncConnection, written: Iterable[tuple[Change, Actor]], at: datetime
+) -> None:
+    versions, entries = history_and_audit_rows(written, at)
     if versions:
         await conn.execute(insert(history), versions)
         await conn.execute(insert(audit), entries)

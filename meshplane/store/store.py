@@ -33,7 +33,7 @@ from meshplane.lifecycle import wait_at_most
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
-from meshplane.store import migrate, queries
+from meshplane.store import migrate, pg_commit, queries
 from meshplane.store.batch import Change, Companion, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken, OwnedElsewhere
@@ -47,6 +47,9 @@ _LIST_BATCH = 500
 _POLL_INTERVAL = 0.5
 _GROUP_LIMIT = 256
 """Writes committed together at most: a bound on one transaction's size and on the wait of the last in it."""
+_UNLOCKED_ATTEMPTS = 3
+"""Times a group is read and decided again on PostgreSQL when other writers keep committing first, before it
+takes the writer slot instead (see `pg_commit`)."""
 _HELD_CHANGES = 4096
 """Changes of this instance's newest commits kept in memory for `held_changes`, at most (whole commits)."""
 
@@ -122,6 +125,12 @@ class _Pending(Generic[_R]):
     """Whom the writer acted for, read in its own task: history and audit keep it with each change."""
 
 
+_Group = builtins.list[_Pending[Any]]
+"""Writers committed together (see `_commit_group`)."""
+_Decisions = tuple[WriteBatch, builtins.list[Decided[Any]]]
+"""A group's batch and what each of its decisions came to."""
+
+
 class Store:
     """Objects as JSON documents keyed by (kind, project, name), with a gap-free event log of their changes."""
 
@@ -142,7 +151,7 @@ class Store:
         """This instance's newest commits, oldest first (see `held_changes`)."""
         self._held_count = 0
         self._reports: builtins.list[_Report] = []
-        self._pending: builtins.list[_Pending[Any]] = []
+        self._pending: _Group = []
         self._committing: asyncio.Task[None] | None = None
         self._reporting: asyncio.Task[None] | None = None
         self._listener: Any = None
@@ -791,7 +800,7 @@ class Store:
     async def _commit_pending(self) -> None:
         """Commit waiting writes group after group: a lone write goes at once, and writes that arrive while a
         group commits share the next transaction."""
-        group: builtins.list[_Pending[Any]] = []
+        group: _Group = []
         try:
             while self._pending:
                 group, self._pending = self._pending[:_GROUP_LIMIT], self._pending[_GROUP_LIMIT:]
@@ -802,24 +811,44 @@ class Store:
             self._pending = []
             raise
 
-    async def _commit_group(self, group: builtins.list[_Pending[Any]]) -> None:
-        """One transaction: the named rows read under the writer slot, the decisions run in order, and what
-        they recorded written with consecutive revisions (rolled back when nothing changed)."""
+    async def _commit_group(self, group: _Group) -> None:
+        """Run the group's decisions in order on the rows they name, as committed, and commit what they recorded
+        with consecutive revisions: on PostgreSQL in two statements when no other writer commits meanwhile
+        (see `pg_commit`), else in a transaction holding the writer slot."""
+        if self.dialect == "postgresql":
+            for _ in range(_UNLOCKED_ATTEMPTS):
+                if (committed := await self._commit_unlocked(group)) is not None:
+                    self._settle(group, *committed)
+                    return
+        self._settle(group, *await self._commit_locked(group))
+
+    async def _commit_unlocked(self, group: _Group) -> _Decisions | None:
+        """The group decided on one snapshot and written if no other writer committed since; None if one did."""
+        fence = _fence_of(group)
+        async with self._engines.write.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            revision, rows = await pg_commit.read(driver, _named(group), fence[0] if fence else None)
+            batch, decided = _decided(group, revision, rows)
+            if batch.changes:
+                written = _written(group, decided)
+                payload = f"{batch.revision} {self._writer_id}"
+                if not await pg_commit.write(driver, revision, batch, written, NOTIFY_CHANNEL, payload):
+                    return None
+        return batch, decided
+
+    async def _commit_locked(self, group: _Group) -> _Decisions:
+        """One transaction: the named rows read under the writer slot, the decisions run, and what they recorded
+        written (rolled back when nothing changed)."""
         async with self._exclusive() as conn:
             revision, _ = await queries.read_meta(conn, lock=True)
-            named = {key for pending in group for key in pending.keys}
-            fences = [pending.fence for pending in group if pending.fence is not None]
-            fenced = (min(f.revision for f in fences), {kind for f in fences for kind in f.kinds}) if fences else None
-            rows = await queries.load_many(conn, named, fenced)
-            batch = WriteBatch(revision, datetime.now(UTC), [row for row in rows if row.key in named], rows)
-            decided = [batch.decide(pending.decision) for pending in group]
+            rows = await queries.load_many(conn, _named(group), _fence_of(group))
+            batch, decided = _decided(group, revision, rows)
             if batch.changes:
                 fresh, existing = batch.rows()
                 await queries.insert_objects(conn, fresh)
                 await queries.rewrite(conn, existing)
                 await queries.append_events(conn, batch.changes, batch.now)
-                written = [(c, p.actor) for p, outcome in zip(group, decided, strict=True) for c in outcome.changes]
-                await queries.append_history_and_audit(conn, written, batch.now)
+                await queries.append_history_and_audit(conn, _written(group, decided), batch.now)
                 await queries.next_revision(conn, len(batch.changes))
                 if self.dialect == "postgresql":
                     # Delivered at commit: other replicas' waits wake without polling.
@@ -828,6 +857,10 @@ class Store:
                         {"channel": NOTIFY_CHANNEL, "payload": f"{batch.revision} {self._writer_id}"},
                     )
                 await conn.commit()
+        return batch, decided
+
+    def _settle(self, group: _Group, batch: WriteBatch, decided: builtins.list[Decided[Any]]) -> None:
+        """Tell each writer what its decision came to, once the group is committed."""
         if batch.changes:
             self._committed = max(self._committed, batch.revision)
             self._hold(_Commit(batch.now, batch.changes))
@@ -869,6 +902,30 @@ async def _together_or_alone(group: builtins.list[_W], commit: Callable[[builtin
 def _fail(member: _Awaited, exc: Exception) -> None:
     if not member.done.done():
         member.done.set_exception(exc)
+
+
+def _named(group: _Group) -> set[ObjectKey]:
+    return {key for pending in group for key in pending.keys}
+
+
+def _fence_of(group: _Group) -> tuple[int, set[str]] | None:
+    """The oldest revision the group's fences were checked at, and their kinds: the rows to read besides."""
+    fences = [pending.fence for pending in group if pending.fence is not None]
+    if not fences:
+        return None
+    return min(f.revision for f in fences), {kind for f in fences for kind in f.kinds}
+
+
+def _decided(group: _Group, revision: int, rows: builtins.list[StoredObject]) -> _Decisions:
+    """The group's decisions run in order on the rows read at `revision`."""
+    named = _named(group)
+    batch = WriteBatch(revision, datetime.now(UTC), [row for row in rows if row.key in named], rows)
+    return batch, [batch.decide(pending.decision) for pending in group]
+
+
+def _written(group: _Group, decided: builtins.list[Decided[Any]]) -> builtins.list[tuple[Change, Actor]]:
+    """Each change with the writer it was made for (history and audit keep it)."""
+    return [(c, p.actor) for p, outcome in zip(group, decided, strict=True) for c in outcome.changes]
 
 
 def _live_by_key(objects: Iterable[StoredObject]) -> dict[tuple[str, str, str], StoredObject]:

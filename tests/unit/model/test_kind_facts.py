@@ -59,10 +59,11 @@ def test_the_feeder_watches_every_kind_that_feeds_the_sync_layer() -> None:
     fed = {
         info.kind
         for info in REGISTRY
-        if info.delivered or info.feeds & {Feed.FLEET, Feed.MANIFESTS, Feed.REVOCATIONS, Feed.ROLLOUTS}
+        if info.delivered
+        or info.feeds & {Feed.FLEET, Feed.MANIFESTS, Feed.REVOCATIONS, Feed.ROLLOUTS, Feed.ROLLOUT_POLICIES}
     }
     assert set(_WATCHED_KINDS) == fed
-    assert {"Cluster", "CertificateRevocation", *RENDERED_FROM} <= fed
+    assert {"Cluster", "CertificateRevocation", "RolloutPolicy", *RENDERED_FROM} <= fed
     assert "Project" not in fed
     assert "ServiceEndpoint" in fed  # the ingress gateway's load balancer: a cluster's reported ingress addresses
 

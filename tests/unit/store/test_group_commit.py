@@ -1,7 +1,6 @@
 """Writes arriving together commit in one transaction, yet each keeps its own outcome and its own revision."""
 
 import asyncio
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -82,15 +81,14 @@ async def test_writes_to_one_name_in_a_group_see_each_other_in_arrival_order(sto
 async def test_a_write_the_database_refuses_fails_alone_and_the_rest_commit(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    insert_objects = queries.insert_objects
+    object_row = queries.object_row
 
-    async def refusing(conn: AsyncConnection, born: Iterable[StoredObject]) -> None:
-        rows = list(born)
-        if any(obj.name == "poison" for obj in rows):
+    def refusing(obj: StoredObject) -> dict[str, Any]:
+        if obj.name == "poison":
             raise RuntimeError("the database refused the row")
-        await insert_objects(conn, rows)
+        return object_row(obj)
 
-    monkeypatch.setattr(queries, "insert_objects", refusing)
+    monkeypatch.setattr(queries, "object_row", refusing)
     names = ["a", "poison", "b", "c"]
 
     outcomes: list[Any] = await asyncio.gather(

@@ -134,10 +134,10 @@ async def test_history_survives_the_compaction_of_a_tombstone(store: Store) -> N
 async def test_a_write_whose_history_cannot_be_kept_is_not_kept_either(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def refuse(*_: object) -> None:
+    def refuse(*_: object) -> None:
         raise RuntimeError("history table unavailable")
 
-    monkeypatch.setattr(queries, "append_history_and_audit", refuse)
+    monkeypatch.setattr(queries, "history_and_audit_rows", refuse)
     with pytest.raises(RuntimeError, match="history table unavailable"):
         await store.create("API", "shop", "orders", spec={})
 
