@@ -3,7 +3,8 @@
 Each change moves the API's backend basePath (`/c<n>`) and the upstream (nginx) answers with the path it
 receives, so the
 gateway's answer says which change it serves. A raw keep-alive HTTP/1.1 poller asks every millisecond, from
-just before the PUT is sent until the first answer that shows the change; the server runs on SQLite and on
+just before the PUT is sent until the first answer that shows the change (the PUTs go over such a connection
+too); the server runs on SQLite and on
 PostgreSQL, with one agent and one Envoy. The floor, in the same run: a minimal ADS server (meshplane's own
 cache and xDS server, nothing else) serving the same translated listener, route and cluster to the same Envoy
 binary, where a change replaces only the route in the cache, timed the same way. Prints one JSON object.
@@ -14,6 +15,7 @@ binary, where a change replaces only the route in the cache, timed the same way.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -28,6 +30,7 @@ import grpc
 
 from bench.common import (
     add_store_arguments,
+    api_path,
     database_url,
     distribution,
     emit,
@@ -70,21 +73,55 @@ def backend_base(change: int | None) -> str:
     return "/start" if change is None else f"/c{change}"
 
 
-class Poller:
-    """GETs one gateway path over one keep-alive connection; reconnects when the gateway drops it."""
+class KeepAlive:
+    """HTTP/1.1 requests over one keep-alive connection, written and read by hand, so that what the benchmark's
+    own client costs (a general client costs a millisecond a request here) stays out of the figures; it
+    reconnects when the other side drops the connection."""
 
-    def __init__(self, port: int, path: str) -> None:
+    def __init__(self, port: int) -> None:
         self._port = port
-        self._request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
+
+    async def request(self, message: bytes) -> tuple[int, bytes]:
+        """Send one whole request; its answer's status and body. OSError, IncompleteReadError or ValueError
+        when the connection fails (it is closed then)."""
+        try:
+            if self._reader is None or self._writer is None:
+                self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
+            self._writer.write(message)
+            head = await self._reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            length = None
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if length is None:
+                raise ValueError("an answer without Content-Length")  # never from Envoy or the server here
+            return int(lines[0].split(b" ", 2)[1]), await self._reader.readexactly(length)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+class Poller:
+    """GETs one gateway path over one keep-alive connection."""
+
+    def __init__(self, port: int, path: str) -> None:
+        self._connection = KeepAlive(port)
+        self._request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
 
     async def echoed_path(self) -> str | None:
         """The path the upstream saw, or None for any other answer (no listener yet, 404, 503...)."""
         try:
-            status, body = await self._get()
+            status, body = await self._connection.request(self._request)
         except (OSError, asyncio.IncompleteReadError, ValueError):
-            self.close()
             return None
         return body.decode() if status == 200 else None
 
@@ -96,25 +133,16 @@ class Poller:
 
         await eventually_async(seen, timeout=CHANGE_TIMEOUT, interval=POLL_INTERVAL, what=f"the upstream to see {path}")
 
-    async def _get(self) -> tuple[int, bytes]:
-        if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
-        self._writer.write(self._request)
-        head = await self._reader.readuntil(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        length = None
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        if length is None:
-            raise ValueError("an answer without Content-Length")  # never from Envoy here; reconnect if so
-        return int(lines[0].split(b" ", 2)[1]), await self._reader.readexactly(length)
-
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        self._connection.close()
+
+
+def put_request(path: str, headers: dict[str, str], document: dict[str, Any]) -> bytes:
+    """A whole HTTP/1.1 PUT of `document` as JSON."""
+    body = json.dumps(document).encode()
+    fields = {**headers, "Host": "bench", "Content-Type": "application/json", "Content-Length": str(len(body))}
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    return f"PUT {path} HTTP/1.1\r\n{head}\r\n".encode() + body
 
 
 async def time_changes(apply: Callable[[int], Awaitable[None]], poller: Poller, changes: int) -> list[float]:
@@ -142,19 +170,24 @@ async def through_meshplane(
         run_envoy(work, f"gw-{store}", agent.xds_port) as envoy,
     ):
         envoy.wait_listener(agent.gateway_port)
-        async with server.client() as north:
+        north = KeepAlive(server.http_port)
 
-            async def put(change: int | None) -> None:
-                started = time.perf_counter()
-                document = api(NAME, basePath=BASE_PATH, backends=[backend(upstream, basePath=backend_base(change))])
-                await north.put(document)
-                if change is not None and change >= WARMUP:
-                    put_ms.append((time.perf_counter() - started) * 1000)
+        async def put(change: int | None) -> None:
+            started = time.perf_counter()
+            document = api(NAME, basePath=BASE_PATH, backends=[backend(upstream, basePath=backend_base(change))])
+            status, answer = await north.request(put_request(api_path(NAME), server.headers, document))
+            if status not in (200, 201):
+                raise RuntimeError(f"the PUT was answered {status}: {answer.decode(errors='replace')}")
+            if change is not None and change >= WARMUP:
+                put_ms.append((time.perf_counter() - started) * 1000)
 
-            poller = Poller(agent.gateway_port, BASE_PATH + PROBE)
+        poller = Poller(agent.gateway_port, BASE_PATH + PROBE)
+        try:
             await put(None)
             await poller.wait_for(backend_base(None) + PROBE)
             timings = await time_changes(put, poller, changes)
+        finally:
+            north.close()
     served_after_response = [total - answered for total, answered in zip(timings, put_ms, strict=True)]
     return {
         "ms": distribution(timings),
