@@ -117,13 +117,16 @@ class LocalState:
         """Commit one delta atomically, then make it visible in memory."""
         upserts = list(upserts)
         removals = list(removals)
-        await self._db.executemany(
-            "INSERT OR REPLACE INTO resources (type_url, name, version, body) VALUES (?, ?, ?, ?)",
-            [(type_url, r.name, r.version, r.body) for r in upserts],
-        )
-        await self._db.executemany(
-            "DELETE FROM resources WHERE type_url = ? AND name = ?", [(type_url, name) for name in removals]
-        )
+        # Each statement is a trip to the database's thread: none is made for nothing.
+        if upserts:
+            await self._db.executemany(
+                "INSERT OR REPLACE INTO resources (type_url, name, version, body) VALUES (?, ?, ?, ?)",
+                [(type_url, r.name, r.version, r.body) for r in upserts],
+            )
+        if removals:
+            await self._db.executemany(
+                "DELETE FROM resources WHERE type_url = ? AND name = ?", [(type_url, name) for name in removals]
+            )
         await self._db.commit()
         held = self._held.setdefault(type_url, {})
         for r in upserts:
