@@ -14,12 +14,11 @@ import builtins
 import collections
 import contextlib
 import functools
-import itertools
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
@@ -89,18 +88,30 @@ class _Expected:
 
 @dataclass(frozen=True, slots=True)
 class _Commit:
-    """One transaction this instance committed: its changes, at consecutive revisions, and when."""
+    """One transaction this instance committed, as readers of the event log's content need it: every event, and
+    the objects its changes of content left (deleted ones included), without their status, which those
+    readers never look at and which can list a whole fleet."""
 
-    at: datetime
-    changes: builtins.list[Change]
+    events: builtins.list[Event]
+    objects: dict[ObjectKey, StoredObject]
+
+    @classmethod
+    def of(cls, at: datetime, changes: Iterable[Change]) -> _Commit:
+        events, objects = [], {}
+        for c in changes:
+            obj = c.obj
+            events.append(Event(obj.revision, c.op, obj.kind, obj.project, obj.name, c.trace_context, at))
+            if c.op != "status":
+                objects[obj.key] = replace(obj, status={})
+        return cls(events, objects)
 
     @property
     def first(self) -> int:
-        return self.changes[0].obj.revision
+        return self.events[0].revision
 
     @property
     def last(self) -> int:
-        return self.changes[-1].obj.revision
+        return self.events[-1].revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,32 +634,30 @@ class Store:
     def held_changes(
         self, revision: int
     ) -> tuple[builtins.list[Event], dict[tuple[str, str, str], StoredObject]] | None:
-        """What `changes_since(revision)` reads, without reading it, when this instance committed the changes
-        right after `revision` itself and still holds them: their events and the live objects they name, as
-        the last of those commits left them. It stops before a revision another writer took; None when that
-        is the very next one, or the changes are no longer held: the caller reads the store."""
-        newer = list(itertools.takewhile(lambda commit: commit.last > revision, reversed(self._held)))
+        """What `changes_since(revision, status_changes=False)` reads, status aside, without reading it, when
+        this instance committed the changes right after `revision` itself and still holds them: their events
+        and the live objects they changed the content of, as the last of those commits left them. It stops
+        before a revision another writer took; None when that is the very next one, or the changes are no
+        longer held: the caller reads the store. The commits up to `revision` are let go: the caller has them."""
+        while self._held and self._held[0].last <= revision:
+            self._held_count -= len(self._held.popleft().events)
         expected, taken = revision + 1, []
-        for commit in reversed(newer):
+        for commit in self._held:
             if commit.first != expected:
                 break
             taken.append(commit)
             expected = commit.last + 1
         if not taken:
             return None
-        events = [
-            Event(c.obj.revision, c.op, c.obj.kind, c.obj.project, c.obj.name, c.trace_context, commit.at)
-            for commit in taken
-            for c in commit.changes
-        ]
-        latest = {c.obj.key: c.obj for commit in taken for c in commit.changes}
+        events = [event for commit in taken for event in commit.events]
+        latest = {key: obj for commit in taken for key, obj in commit.objects.items()}
         return events, _live_by_key(latest.values())
 
     def _hold(self, commit: _Commit) -> None:
         self._held.append(commit)
-        self._held_count += len(commit.changes)
+        self._held_count += len(commit.events)
         while self._held_count > _HELD_CHANGES and len(self._held) > 1:
-            self._held_count -= len(self._held.popleft().changes)
+            self._held_count -= len(self._held.popleft().events)
 
     @_timed
     async def history(
@@ -863,7 +872,7 @@ class Store:
         """Tell each writer what its decision came to, once the group is committed."""
         if batch.changes:
             self._committed = max(self._committed, batch.revision)
-            self._hold(_Commit(batch.now, batch.changes))
+            self._hold(_Commit.of(batch.now, batch.changes))
             self._wake()
         for pending, outcome in zip(group, decided, strict=True):
             pending.done.set_result(outcome)
