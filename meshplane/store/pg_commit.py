@@ -11,8 +11,9 @@ where this takes two; it stays for SQLite, and for a group that keeps losing the
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -70,6 +71,33 @@ WITH moved AS (
 )
 SELECT pg_notify($7, $8) FROM moved
 """
+
+
+class CommitConnection:
+    """The connection group commits take (they take it one group at a time), opened when first needed and again
+    after it failed: a pool's checkout and return cost more than the two statements' round trips."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._connection: asyncpg.Connection | None = None
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[asyncpg.Connection]:
+        if self._connection is None or self._connection.is_closed():
+            connection = await asyncpg.connect(self._dsn)
+            await connection.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+            self._connection = connection
+        try:
+            yield self._connection
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError):
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            with contextlib.suppress(Exception):
+                await self._connection.close()
+            self._connection = None
 
 
 async def read(

@@ -156,6 +156,7 @@ class Store:
         """The newest revision this instance committed."""
         self._notified = 0
         """The newest revision another writer announced it committed (PostgreSQL's NOTIFY)."""
+        self._commit_connection = pg_commit.CommitConnection(self.driver_dsn)
         self._writer_id = uuid.uuid4().hex
         """Names this instance's NOTIFYs, so that it knows them for its own."""
         self._held: collections.deque[_Commit] = collections.deque()
@@ -169,7 +170,7 @@ class Store:
 
     @property
     def driver_dsn(self) -> str:
-        """The database URL as asyncpg itself takes it (for LISTEN and advisory-lock connections)."""
+        """The database URL as asyncpg itself takes it (for LISTEN, advisory-lock and group-commit connections)."""
         return self._engines.base.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     async def _listen(self) -> None:
@@ -213,6 +214,7 @@ class Store:
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
+        await self._commit_connection.close()
         await self._engines.base.dispose()
 
     @property
@@ -834,8 +836,7 @@ class Store:
     async def _commit_unlocked(self, group: _Group) -> _Decisions | None:
         """The group decided on one snapshot and written if no other writer committed since; None if one did."""
         fence = _fence_of(group)
-        async with self._engines.write.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
+        async with self._commit_connection.held() as driver:
             revision, rows = await pg_commit.read(driver, _named(group), fence[0] if fence else None)
             batch, decided = _decided(group, revision, rows)
             if batch.changes:
