@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from meshplane.model.registry import REGISTRY
-from meshplane.model.wire import integral
+from meshplane.model.wire import plain_struct
 from meshplane.proto.v1 import resources_pb2
 
 MANIFEST_TYPE = f"type.googleapis.com/{resources_pb2.Manifest.DESCRIPTOR.full_name}"
@@ -49,5 +49,5 @@ def from_manifest(message: resources_pb2.Manifest) -> dict[str, Any]:
         "apiVersion": message.api_version,
         "kind": message.kind,
         "metadata": metadata,
-        "spec": integral(json_format.MessageToDict(message.spec)),
+        "spec": plain_struct(message.spec),
     }

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
 from meshplane.model.registry import REGISTRY, KindInfo
@@ -52,8 +53,30 @@ def from_message(info: KindInfo, message: Message) -> Resource:
     for key, value in (("generation", meta.generation), ("uid", meta.uid), ("origin", meta.origin)):
         if value:
             metadata[key] = value
-    spec = json_format.MessageToDict(message.spec)  # type: ignore[attr-defined]
-    return REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": integral(spec)})
+    spec = plain_struct(message.spec)  # type: ignore[attr-defined]
+    return REGISTRY.parse({"kind": info.kind, "metadata": metadata, "spec": spec})
+
+
+def plain_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """A Struct as plain JSON values, whole numbers as ints (Struct carries every number as a double): what
+    `integral(MessageToDict(struct))` gives, read straight off the message."""
+    return {key: _plain_value(value) for key, value in struct.fields.items()}
+
+
+def _plain_value(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return plain_struct(value.struct_value)
+    if kind == "list_value":
+        return [_plain_value(item) for item in value.list_value.values]
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise ValueError(f"{number} is not a JSON number")
+        return int(number) if number.is_integer() else number
+    if kind is None or kind == "null_value":
+        return None
+    return getattr(value, kind)
 
 
 def integral(value: object) -> object:

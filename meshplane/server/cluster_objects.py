@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
 from pydantic import ValidationError
 
 from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY, KindInfo, UnknownKind
 from meshplane.model.resource import InvalidObject, field_errors
-from meshplane.model.wire import integral
+from meshplane.model.wire import plain_struct
 from meshplane.proto.v1 import control_plane_pb2
 from meshplane.server.objects import ObjectService
 from meshplane.server.problems import Problem
@@ -136,13 +135,13 @@ def _shown_status(info: KindInfo, local: control_plane_pb2.LocalObject) -> dict[
     if info.delivered or not local.HasField("status"):
         return None
     try:
-        status = info.status.model_validate(integral(json_format.MessageToDict(local.status)))
+        status = info.status.model_validate(plain_struct(local.status))
     except ValidationError as exc:
         raise InvalidObject(field_errors(exc, "status")) from None
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def _document(info: KindInfo, local: control_plane_pb2.LocalObject) -> dict[str, Any]:
-    spec = integral(json_format.MessageToDict(local.spec))
+    spec = plain_struct(local.spec)
     metadata = {"name": local.name, "project": local.project, "labels": dict(local.labels)}
     return {"kind": info.kind, "metadata": metadata, "spec": spec}

@@ -12,13 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 
-from google.protobuf import json_format
-
 from meshplane.model.meta import cluster_origin
 from meshplane.model.registry import REGISTRY
 from meshplane.model.services import CLUSTER_LABEL, endpoint_name
 from meshplane.model.stored import StoredObject
-from meshplane.model.wire import integral
+from meshplane.model.wire import plain_struct
 from meshplane.observability.logging import get_logger
 from meshplane.observability.metrics import REPORTS_REFUSED
 from meshplane.observability.tracing import current_carrier
@@ -62,7 +60,7 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
     held, _ = await store.list(KIND, where=lambda obj: obj.origin == origin)
     stored = {(obj.project, obj.name): obj for obj in held}
     for reported in request.services:
-        spec = json_format.MessageToDict(reported.spec)
+        spec = plain_struct(reported.spec)
         namespace, service = str(spec.get("namespace", "")), str(spec.get("service", ""))
         project = await projects.of(namespace)
         resource = REGISTRY.parse(
@@ -73,7 +71,7 @@ async def apply_report(store: Store, cluster: str, request: control_plane_pb2.Re
                     "project": project,
                     "labels": {**reported.labels, CLUSTER_LABEL: cluster},
                 },
-                "spec": integral({**spec, "cluster": cluster}),
+                "spec": {**spec, "cluster": cluster},
             }
         )
         meta = resource.metadata

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.protobuf import json_format, struct_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meshplane.model.registry import REGISTRY
 from meshplane.model.resource import InvalidObject
-from meshplane.model.wire import from_message, resource_name, to_message
+from meshplane.model.wire import from_message, integral, plain_struct, resource_name, to_message
 from meshplane.proto.v1 import resources_pb2
 from meshplane_testing.translate_factories import api_specs
 
@@ -81,3 +82,24 @@ def test_only_delivered_kinds_convert() -> None:
 
     with pytest.raises(ValueError, match="not delivered"):
         to_message(REGISTRY.get("Project"), project)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 1, "b": 1.5, "c": [1, 2.0, "x", None, True, {"d": 3}], "e": {"f": None}, "g": False, "h": ""},
+        {"big": 1e20, "negative": -3.0, "zero": -0.0, "nested": [[{"deep": [0.25]}]]},
+        {},
+    ],
+)
+def test_a_struct_reads_back_as_plain_json_with_whole_numbers_as_ints(value: dict) -> None:
+    struct = struct_pb2.Struct()
+    struct.update(value)
+    assert plain_struct(struct) == integral(json_format.MessageToDict(struct))
+
+
+def test_a_struct_with_a_number_json_cannot_carry_is_refused() -> None:
+    struct = struct_pb2.Struct()
+    struct.update({"x": float("inf")})
+    with pytest.raises(ValueError, match="not a JSON number"):
+        plain_struct(struct)
