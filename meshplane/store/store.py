@@ -32,7 +32,7 @@ from meshplane.lifecycle import wait_at_most
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.observability.metrics import STORE_LATENCY
 from meshplane.observability.tracing import tracer
-from meshplane.store import migrate, pg_commit, queries
+from meshplane.store import migrate, pg_commit, queries, sqlite_commit
 from meshplane.store.batch import Change, Companion, Decided, Fence, WriteBatch
 from meshplane.store.engine import Engines, create_engines
 from meshplane.store.errors import AlreadyExists, Compacted, Conflict, NotFound, Overtaken, OwnedElsewhere
@@ -157,6 +157,9 @@ class Store:
         self._notified = 0
         """The newest revision another writer announced it committed (PostgreSQL's NOTIFY)."""
         self._commit_connection = pg_commit.CommitConnection(self.driver_dsn)
+        database = engines.base.url.database or ""
+        self._sqlite = sqlite_commit.SqliteCommits(database) if engines.dialect == "sqlite" else None
+        """SQLite's group commits (see `sqlite_commit`); None on PostgreSQL."""
         self._writer_id = uuid.uuid4().hex
         """Names this instance's NOTIFYs, so that it knows them for its own."""
         self._held: collections.deque[_Commit] = collections.deque()
@@ -215,6 +218,8 @@ class Store:
             with contextlib.suppress(Exception):
                 await self._listener.close()
         await self._commit_connection.close()
+        if self._sqlite is not None:
+            await self._sqlite.close()
         await self._engines.base.dispose()
 
     @property
@@ -826,11 +831,13 @@ class Store:
         """Run the group's decisions in order on the rows they name, as committed, and commit what they recorded
         with consecutive revisions: on PostgreSQL in two statements when no other writer commits meanwhile
         (see `pg_commit`), else in a transaction holding the writer slot."""
-        if self.dialect == "postgresql":
-            for _ in range(_UNLOCKED_ATTEMPTS):
-                if (committed := await self._commit_unlocked(group)) is not None:
-                    self._settle(group, *committed)
-                    return
+        if self._sqlite is not None:
+            self._settle(group, *await self._commit_sqlite(self._sqlite, group))
+            return
+        for _ in range(_UNLOCKED_ATTEMPTS):
+            if (committed := await self._commit_unlocked(group)) is not None:
+                self._settle(group, *committed)
+                return
         self._settle(group, *await self._commit_locked(group))
 
     async def _commit_unlocked(self, group: _Group) -> _Decisions | None:
@@ -846,9 +853,26 @@ class Store:
                     return None
         return batch, decided
 
+    async def _commit_sqlite(self, sqlite: sqlite_commit.SqliteCommits, group: _Group) -> _Decisions:
+        """The group decided on the rows read under SQLite's write lock and written before it is let go, in two
+        trips to the commits' thread (see `sqlite_commit`)."""
+        fence = _fence_of(group)
+        async with self._write_lock:
+            try:
+                revision, rows = await sqlite.begin(_named(group), fence[0] if fence else None)
+                batch, decided = _decided(group, revision, rows)
+                if batch.changes:
+                    await sqlite.commit(batch, _written(group, decided))
+                else:
+                    await sqlite.rollback()
+            except BaseException:
+                sqlite.rollback()  # queued behind the trip under way, if this task is being cancelled
+                raise
+        return batch, decided
+
     async def _commit_locked(self, group: _Group) -> _Decisions:
-        """One transaction: the named rows read under the writer slot, the decisions run, and what they recorded
-        written (rolled back when nothing changed)."""
+        """On PostgreSQL, one transaction: the named rows read under the writer slot (the `meta` row lock), the
+        decisions run, and what they recorded written (rolled back when nothing changed)."""
         async with self._exclusive() as conn:
             revision, _ = await queries.read_meta(conn, lock=True)
             rows = await queries.load_many(conn, _named(group), _fence_of(group))
@@ -860,12 +884,11 @@ class Store:
                 await queries.append_events(conn, batch.changes, batch.now)
                 await queries.append_history_and_audit(conn, _written(group, decided), batch.now)
                 await queries.next_revision(conn, len(batch.changes))
-                if self.dialect == "postgresql":
-                    # Delivered at commit: other replicas' waits wake without polling.
-                    await conn.execute(
-                        text("SELECT pg_notify(:channel, :payload)"),
-                        {"channel": NOTIFY_CHANNEL, "payload": f"{batch.revision} {self._writer_id}"},
-                    )
+                # Delivered at commit: other replicas' waits wake without polling.
+                await conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"),
+                    {"channel": NOTIFY_CHANNEL, "payload": f"{batch.revision} {self._writer_id}"},
+                )
                 await conn.commit()
         return batch, decided
 
