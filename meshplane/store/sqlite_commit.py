@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -36,34 +36,12 @@ Statement = tuple[str, list[Column]]
 """An insert, and the columns its values are given for, in order."""
 
 
-def _encoder(table: Table) -> list[Column]:
-    """Each column of `table` in order, with how a Python value is written to it."""
-    columns: list[Column] = []
-    for column in table.columns:
-        if isinstance(column.type, JSON):
-            columns.append((column.name, lambda value: json.dumps(value, allow_nan=False)))
-        elif isinstance(column.type, UTCDateTime):
-            columns.append((column.name, _time_text))
-        elif isinstance(column.type, Boolean):
-            columns.append((column.name, int))
-        else:
-            columns.append((column.name, _same))
-    return columns
-
-
-def _decoder(table: Table) -> list[Column]:
-    """Each column of `table` in order, with how what is stored reads back as a Python value."""
-    columns: list[Column] = []
-    for column in table.columns:
-        if isinstance(column.type, JSON):
-            columns.append((column.name, json.loads))
-        elif isinstance(column.type, UTCDateTime):
-            columns.append((column.name, _time_value))
-        elif isinstance(column.type, Boolean):
-            columns.append((column.name, bool))
-        else:
-            columns.append((column.name, _same))
-    return columns
+def _columns(table: Table, codecs: Mapping[type, Callable[[Any], Any]]) -> list[Column]:
+    """Each column of `table` in order, with the codec of its type (the value as it is, for other types)."""
+    return [
+        (column.name, next((codec for kind, codec in codecs.items() if isinstance(column.type, kind)), _same))
+        for column in table.columns
+    ]
 
 
 def _same(value: Any) -> Any:
@@ -78,8 +56,17 @@ def _time_value(text: str) -> datetime:
     return datetime.strptime(text, _TIME_FORMAT).replace(tzinfo=UTC)
 
 
+def _json_text(value: Any) -> str:
+    return json.dumps(value, allow_nan=False)
+
+
+_WRITTEN: Mapping[type, Callable[[Any], Any]] = {JSON: _json_text, UTCDateTime: _time_text, Boolean: int}
+"""How a value is written to a column of each type that needs it, as SQLAlchemy writes it on SQLite."""
+_READ_BACK: Mapping[type, Callable[[Any], Any]] = {JSON: json.loads, UTCDateTime: _time_value, Boolean: bool}
+
+
 def _insert(table: Table, conflict: str = "") -> Statement:
-    columns = _encoder(table)
+    columns = _columns(table, _WRITTEN)
     names = ", ".join(name for name, _ in columns)
     marks = ", ".join("?" for _ in columns)
     return f"INSERT INTO {table.name} ({names}) VALUES ({marks}){conflict}", columns
@@ -94,7 +81,7 @@ _UPSERT_OBJECT = _insert(
 _INSERT_EVENT = _insert(events)
 _INSERT_VERSION = _insert(history)
 _INSERT_AUDIT = _insert(audit)
-_OBJECT_COLUMNS = _decoder(objects)
+_OBJECT_COLUMNS = _columns(objects, _READ_BACK)
 _SELECTED = ", ".join(name for name, _ in _OBJECT_COLUMNS)
 _READ = (
     f"SELECT {_SELECTED} FROM objects WHERE (kind, project, name) IN "
