@@ -23,20 +23,24 @@ from meshplane.audit import Actor
 from meshplane.model.stored import ObjectKey, StoredObject
 from meshplane.store import queries
 from meshplane.store.batch import Change, WriteBatch
+from meshplane.store.schema import objects
 
 _NO_FENCE = 2**63 - 1
 """A revision no row is written after: the read's second half finds nothing."""
 
-_READ = """
+_COLUMNS = [column.name for column in objects.columns]
+_READ = f"""
 SELECT m.revision AS meta_revision, o.*
 FROM meta m LEFT JOIN LATERAL (
-    SELECT * FROM objects
+    SELECT true AS named, {", ".join(_COLUMNS)} FROM objects
     WHERE (kind, project, name) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
     UNION ALL
-    SELECT * FROM objects WHERE revision > $4
+    SELECT false, {", ".join("'{}'::jsonb" if name == "status" else name for name in _COLUMNS)} FROM objects
+    WHERE revision > $4 AND kind = ANY($5::text[])
 ) o ON true
 WHERE m.id = 1
 """
+"""The revision, the named rows, and the rows a fence weighs (without their status: see `queries.fence_rows`)."""
 
 _UPDATED = (
     "uid",
@@ -101,21 +105,21 @@ class CommitConnection:
 
 
 async def read(
-    conn: asyncpg.Connection, keys: Iterable[ObjectKey], written_after: int | None
-) -> tuple[int, list[StoredObject]]:
-    """The current revision, and in the same snapshot the rows of `keys` (tombstones included) and every row
-    written after `written_after`; a row both named and written after comes twice."""
+    conn: asyncpg.Connection, keys: Iterable[ObjectKey], fence: tuple[int, Iterable[str]] | None
+) -> tuple[int, list[StoredObject], list[StoredObject]]:
+    """The current revision, and in the same snapshot the rows of `keys` (tombstones included) and the rows of
+    the `fence`'s kinds written after its revision (without their status)."""
     wanted = sorted(set(keys))
+    after, kinds = fence if fence is not None else (_NO_FENCE, ())
     records = await conn.fetch(
-        _READ,
-        [k[0] for k in wanted],
-        [k[1] for k in wanted],
-        [k[2] for k in wanted],
-        _NO_FENCE if written_after is None else written_after,
+        _READ, [k[0] for k in wanted], [k[1] for k in wanted], [k[2] for k in wanted], after, sorted(set(kinds))
     )
-    revision = records[0]["meta_revision"]
-    rows = [StoredObject(**{k: v for k, v in r.items() if k != "meta_revision"}) for r in records if r["kind"]]
-    return revision, rows
+    named: list[StoredObject] = []
+    fenced: list[StoredObject] = []
+    for record in records:
+        if record["kind"] is not None:
+            (named if record["named"] else fenced).append(StoredObject(**{name: record[name] for name in _COLUMNS}))
+    return records[0]["meta_revision"], named, fenced
 
 
 async def write(

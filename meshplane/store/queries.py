@@ -8,7 +8,7 @@ from dataclasses import asdict, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import TextualSelect, and_, bindparam, case, delete, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import and_, bindparam, case, delete, func, insert, or_, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -80,14 +80,10 @@ triples on SQLite. One parameter however many keys: the statement is the same te
 database searches its key index once per key."""
 
 
-def _by_key_statement(dialect: str, written_after: bool) -> TextualSelect:
-    by_key = f"SELECT {_COLUMNS} FROM objects WHERE (kind, project, name) IN ({_KEYS_FROM[dialect]})"
-    if written_after:
-        by_key += f" UNION ALL SELECT {_COLUMNS} FROM objects WHERE revision > :after"
-    return text(by_key).columns(*objects.columns)
-
-
-_BY_KEY = {(dialect, fenced): _by_key_statement(dialect, fenced) for dialect in _KEYS_FROM for fenced in (False, True)}
+_BY_KEY = {
+    dialect: text(f"SELECT {_COLUMNS} FROM objects WHERE (kind, project, name) IN ({keys})").columns(*objects.columns)
+    for dialect, keys in _KEYS_FROM.items()
+}
 
 
 def _key_parameters(dialect: str, keys: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -96,24 +92,22 @@ def _key_parameters(dialect: str, keys: list[tuple[str, str, str]]) -> dict[str,
     return {"kinds": [k[0] for k in keys], "projects": [k[1] for k in keys], "names": [k[2] for k in keys]}
 
 
-async def load_many(
-    conn: AsyncConnection, keys: Iterable[tuple[str, str, str]], written_after: tuple[int, Iterable[str]] | None = None
-) -> list[StoredObject]:
-    """The rows of the given keys that exist, tombstones included, in no particular order; and in the same
-    statement, with `written_after` (revision, kinds), the rows of those kinds written after that revision
-    (read by the revision index, whatever their kind: the kinds are picked here)."""
-    wanted = set(keys)
+async def load_many(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]]) -> list[StoredObject]:
+    """The rows of the given keys that exist, tombstones included, in no particular order."""
     dialect = conn.dialect.name
-    parameters = _key_parameters(dialect, sorted(wanted))
-    if written_after is not None:
-        parameters["after"] = written_after[0]
-    statement = _BY_KEY[dialect, written_after is not None]
-    rows = [StoredObject(**row._mapping) for row in await conn.execute(statement, parameters)]
-    if written_after is None:
-        return rows
-    kinds = frozenset(written_after[1])
-    # A row both named and written after the revision comes twice, once from each half.
-    return list({o.key: o for o in rows if o.key in wanted or o.kind in kinds}.values())
+    rows = await conn.execute(_BY_KEY[dialect], _key_parameters(dialect, sorted(set(keys))))
+    return [StoredObject(**row._mapping) for row in rows]
+
+
+_BUT_STATUS = [column for column in objects.columns if column.name != "status"]
+
+
+async def fence_rows(conn: AsyncConnection, revision: int, kinds: Iterable[str]) -> list[StoredObject]:
+    """The rows of `kinds` written after `revision`, each with an empty status: a fence weighs what objects are,
+    never their status, which can list a whole fleet (see `batch.Fence`). For PostgreSQL's locked commits;
+    SQLite's read theirs in `sqlite_commit`."""
+    statement = select(*_BUT_STATUS).where(objects.c.revision > revision, objects.c.kind.in_(sorted(set(kinds))))
+    return [StoredObject(**row._mapping, status={}) for row in await conn.execute(statement)]
 
 
 async def insert_objects(conn: AsyncConnection, born: Iterable[StoredObject]) -> None:

@@ -83,11 +83,16 @@ _INSERT_VERSION = _insert(history)
 _INSERT_AUDIT = _insert(audit)
 _OBJECT_COLUMNS = _columns(objects, _READ_BACK)
 _SELECTED = ", ".join(name for name, _ in _OBJECT_COLUMNS)
-_READ = (
+_READ_NAMED = (
     f"SELECT {_SELECTED} FROM objects WHERE (kind, project, name) IN "
-    "(SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)) "
-    f"UNION ALL SELECT {_SELECTED} FROM objects WHERE revision > ?"
+    "(SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))"
 )
+_READ_FENCED = (
+    f"SELECT {', '.join(chr(39) + '{}' + chr(39) if name == 'status' else name for name, _ in _OBJECT_COLUMNS)} "
+    "FROM objects WHERE revision > ? AND +kind IN (SELECT value FROM json_each(?))"
+)
+"""The rows a fence weighs, without their status (see `queries.fence_rows`), found by the revision index: the
+unary `+` keeps SQLite from reading every row of the kinds by the key index instead."""
 
 
 def _rows(statement: Statement, values: Iterable[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -103,13 +108,16 @@ class SqliteCommits:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshplane-sqlite-commit")
         self._connection: sqlite3.Connection | None = None
 
-    async def begin(self, keys: Iterable[ObjectKey], written_after: int | None) -> tuple[int, list[StoredObject]]:
-        """Take the write lock; the current revision, and the rows of `keys` (tombstones included) and every row
-        written after `written_after` (a row both named and written after comes twice). The transaction stays
-        open for `commit` or `rollback`."""
+    async def begin(
+        self, keys: Iterable[ObjectKey], fence: tuple[int, Iterable[str]] | None
+    ) -> tuple[int, list[StoredObject], list[StoredObject]]:
+        """Take the write lock; the current revision, the rows of `keys` (tombstones included) and the rows of the
+        `fence`'s kinds written after its revision (without their status). The transaction stays open for
+        `commit` or `rollback`."""
         wanted = json.dumps(sorted(set(keys)))
-        after = _NO_FENCE if written_after is None else written_after
-        return await self._run(lambda db: _begin(db, wanted, after))
+        after, kinds = fence if fence is not None else (_NO_FENCE, ())
+        fenced_kinds = json.dumps(sorted(set(kinds)))
+        return await self._run(lambda db: _begin(db, wanted, after, fenced_kinds))
 
     async def commit(self, batch: WriteBatch, written: Sequence[tuple[Change, Actor]]) -> None:
         """Write what `batch` recorded in the open transaction and commit it (rolled back if that fails)."""
@@ -149,19 +157,25 @@ class SqliteCommits:
             self._connection.execute("ROLLBACK")
 
 
-def _begin(db: sqlite3.Connection, keys: str, after: int) -> tuple[int, list[StoredObject]]:
+def _begin(
+    db: sqlite3.Connection, keys: str, after: int, kinds: str
+) -> tuple[int, list[StoredObject], list[StoredObject]]:
     db.execute("BEGIN IMMEDIATE")
     try:
         (revision,) = db.execute("SELECT revision FROM meta WHERE id = 1").fetchone()
-        found = db.execute(_READ, (keys, after)).fetchall()
+        named = db.execute(_READ_NAMED, (keys,)).fetchall()
+        fenced = db.execute(_READ_FENCED, (after, kinds)).fetchall() if after != _NO_FENCE else []
     except BaseException:
         db.execute("ROLLBACK")
         raise
-    rows = [
+    return revision, _objects(named), _objects(fenced)
+
+
+def _objects(rows: list[tuple[Any, ...]]) -> list[StoredObject]:
+    return [
         StoredObject(**{name: decode(value) for (name, decode), value in zip(_OBJECT_COLUMNS, row, strict=True)})
-        for row in found
+        for row in rows
     ]
-    return revision, rows
 
 
 def _commit(db: sqlite3.Connection, statements: list[tuple[Statement, list[tuple]]], revision: int) -> None:

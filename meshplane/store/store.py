@@ -842,10 +842,9 @@ class Store:
 
     async def _commit_unlocked(self, group: _Group) -> _Decisions | None:
         """The group decided on one snapshot and written if no other writer committed since; None if one did."""
-        fence = _fence_of(group)
         async with self._commit_connection.held() as driver:
-            revision, rows = await pg_commit.read(driver, _named(group), fence[0] if fence else None)
-            batch, decided = _decided(group, revision, rows)
+            revision, named, fenced = await pg_commit.read(driver, _named(group), _fence_of(group))
+            batch, decided = _decided(group, revision, named, fenced)
             if batch.changes:
                 written = _written(group, decided)
                 payload = f"{batch.revision} {self._writer_id}"
@@ -856,11 +855,10 @@ class Store:
     async def _commit_sqlite(self, sqlite: sqlite_commit.SqliteCommits, group: _Group) -> _Decisions:
         """The group decided on the rows read under SQLite's write lock and written before it is let go, in two
         trips to the commits' thread (see `sqlite_commit`)."""
-        fence = _fence_of(group)
         async with self._write_lock:
             try:
-                revision, rows = await sqlite.begin(_named(group), fence[0] if fence else None)
-                batch, decided = _decided(group, revision, rows)
+                revision, named, fenced = await sqlite.begin(_named(group), _fence_of(group))
+                batch, decided = _decided(group, revision, named, fenced)
                 if batch.changes:
                     await sqlite.commit(batch, _written(group, decided))
                 else:
@@ -875,8 +873,10 @@ class Store:
         decisions run, and what they recorded written (rolled back when nothing changed)."""
         async with self._exclusive() as conn:
             revision, _ = await queries.read_meta(conn, lock=True)
-            rows = await queries.load_many(conn, _named(group), _fence_of(group))
-            batch, decided = _decided(group, revision, rows)
+            named = await queries.load_many(conn, _named(group))
+            fence = _fence_of(group)
+            fenced = await queries.fence_rows(conn, *fence) if fence is not None else []
+            batch, decided = _decided(group, revision, named, fenced)
             if batch.changes:
                 fresh, existing = batch.rows()
                 await queries.insert_objects(conn, fresh)
@@ -949,10 +949,12 @@ def _fence_of(group: _Group) -> tuple[int, set[str]] | None:
     return min(f.revision for f in fences), {kind for f in fences for kind in f.kinds}
 
 
-def _decided(group: _Group, revision: int, rows: builtins.list[StoredObject]) -> _Decisions:
-    """The group's decisions run in order on the rows read at `revision`."""
-    named = _named(group)
-    batch = WriteBatch(revision, datetime.now(UTC), [row for row in rows if row.key in named], rows)
+def _decided(
+    group: _Group, revision: int, named: builtins.list[StoredObject], fenced: builtins.list[StoredObject]
+) -> _Decisions:
+    """The group's decisions run in order on the named rows read at `revision`; its fences weigh those and the
+    rows written since the fences' revisions (`fenced`)."""
+    batch = WriteBatch(revision, datetime.now(UTC), named, [*named, *fenced])
     return batch, [batch.decide(pending.decision) for pending in group]
 
 

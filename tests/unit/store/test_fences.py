@@ -81,3 +81,24 @@ async def test_a_fenced_delete_is_refused_by_what_landed_after_its_look_and_dele
 
     assert overtaken.value.by == ("Route", "shop", "late")
     assert not (await store.get("Project", "", "shop")).deleted
+
+
+async def test_a_fence_weighs_what_objects_are_and_the_write_keeps_its_own_status(store: Store) -> None:
+    checked_at = await store.current_revision()
+    await store.create("Route", "p", "seen", spec={"path": "/orders"})
+    fleet = {"clusters": [{"cluster": f"c{i}", "state": "Applied"} for i in range(500)]}
+    await store.set_status("Route", "p", "seen", fleet)
+    weighed: list[StoredObject] = []
+
+    def collides(other: StoredObject) -> bool:
+        weighed.append(other)
+        return False
+
+    fence = Fence(checked_at, frozenset({"Route"}), collides)
+    written, _ = await store.put("Route", "p", "seen", spec={"path": "/orders", "v": 2}, fence=fence)
+
+    assert written.status == fleet  # the written object is read whole
+    assert [o.status for o in weighed] == []  # its own row is not weighed against itself
+    other = await store.create("Route", "p", "other", spec={"path": "/billing"}, fence=fence)
+    assert other.revision == written.revision + 1
+    assert [(o.name, o.status) for o in weighed] == [("seen", {})]  # weighed without the status it carries
