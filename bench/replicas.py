@@ -12,11 +12,12 @@ the sum of the growths / N. Then the one more API is changed (`--changes` times,
 is quiet again), through the first replica's north API; a change is timed from just before its PUT until
 the last client has received it (time.time() in every process: one machine, one clock). Last, the replica
 holding the most agents is killed with SIGKILL and not started again: its clients reconnect to the others
-on their own. A client is back in sync when the first API response of a stream after the kill has reached
-it and it holds exactly what it held before; an upsert of a name at the version it already held is an
-object resent. Every client must be back (each replica's meshplane_connected_agents, read before the
-kill, says how many were on the one killed), and the survivors must then count all N. Prints one JSON
-object; exits 1 if a worker fails or a wait times out.
+on their own (`killed_the_leader` says whether it led the status roll-up, which another replica then takes
+over with a pass over every object while the clients move). A client is back in sync when the first API
+response of a stream after the kill has reached it and it holds exactly what it held before; an upsert of
+a name at the version it already held is an object resent. Every client must be back (each replica's
+meshplane_connected_agents, read before the kill, says how many were on the one killed), and the survivors
+must then count all N. Prints one JSON object; exits 1 if a worker fails or a wait times out.
 
     .venv/bin/python -m bench.replicas [--agents 10000] [--replicas 4] [--objects 200] [--changes 10]
         [--workers 4] [--quick]
@@ -116,6 +117,7 @@ def fleet(
             clients_cpu.append((total_cpu(pool.pids) - clients_used) * 1000)
 
         victim = max(range(replicas), key=spread.__getitem__)
+        led = servers[victim].scrape().total("meshplane_leader") == 1
         survivors = [server for index, server in enumerate(servers) if index != victim]
         cpu_before = [cpu_seconds(server.process.pid) for server in survivors]
         servers[victim].process.kill()
@@ -143,6 +145,7 @@ def fleet(
     growth = sum(rss_n) - sum(rss_0)
     kill = {
         "agents_moved": spread[victim],
+        "killed_the_leader": led,
         **aftermath.figures(killed),
         "survivors_busy_after_all_in_sync_s": round(busy, 1),
         "survivors_cpu_s_until_in_sync": [round(used, 2) for used in cpu_in_sync],

@@ -35,6 +35,7 @@ PUSH_LATENCY = Histogram(
 )
 ACKS = Counter("meshplane_xds_acks_total", "xDS ACKs received", ["server", "type"])
 NACKS = Counter("meshplane_xds_nacks_total", "xDS NACKs received", ["server", "type"])
+LEADER = Gauge("meshplane_leader", "1 on the server replica leading background work (status roll-up, compaction)")
 STORE_REVISION = Gauge("meshplane_store_revision", "Latest store revision seen by this server")
 STORE_LATENCY = Histogram(
     "meshplane_store_transaction_duration_seconds",

@@ -15,6 +15,7 @@ import asyncpg
 
 from meshplane.lifecycle import wait_at_most
 from meshplane.observability.logging import get_logger
+from meshplane.observability.metrics import LEADER
 from meshplane.store.store import Store
 
 log = get_logger("meshplane.server.leader")
@@ -28,6 +29,15 @@ class Leadership:
         self.store = store
         self.retry_interval = retry_interval
         self.is_leader = store.dialect != "postgresql"
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @is_leader.setter
+    def is_leader(self, leading: bool) -> None:
+        self._leading = leading
+        LEADER.set(leading)
 
     async def run(self) -> None:
         if self.store.dialect != "postgresql":

@@ -34,7 +34,8 @@ def wait_all_applied(server: ServerProcess, names: list[str], timeout: float = 3
 
 
 def leads(server: ServerProcess) -> bool:
-    return "this replica leads background work" in server.process.log()
+    """What the replica's `meshplane_leader` gauge says."""
+    return server.scrape().total("meshplane_leader") == 1
 
 
 def test_two_replicas_serve_one_fleet_and_background_work_survives_the_leader(
@@ -72,6 +73,7 @@ def test_two_replicas_serve_one_fleet_and_background_work_survives_the_leader(
             put_api(survivor, "after-the-leader-died", survivors_cluster)
             wait_all_applied(survivor, ["after-the-leader-died"])
             assert leads(survivor)
+            assert "this replica leads background work" in survivor.process.log()
 
 
 def test_apis_racing_for_one_route_through_two_replicas_leave_one(tmp_path: Path, shared_database: str) -> None:
