@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from meshplane.model.status import DeliveryState
 from meshplane.model.stored import ObjectKey
@@ -25,6 +26,9 @@ log = get_logger("meshplane.server.status")
 
 _BATCH = 200
 _ENTRIES_PER_WRITE = 2000
+_ENTRIES_PER_ROLL = 20_000
+"""Placements a pass reads and rolls up at once: an object on a whole fleet brings a report and a status
+entry per cluster, and what one batch builds is written and freed before the next is read."""
 # Reports are found by their timestamps; re-reading a little of the past covers clock skew between
 # replicas, and rolling an object up twice changes nothing.
 _OVERLAP = timedelta(seconds=2)
@@ -140,6 +144,18 @@ def _status_writes(
             yield kind, project, batch
 
 
+_Group = TypeVar("_Group")
+_Member = TypeVar("_Member")
+
+
+def _discard(groups: dict[_Group, set[_Member]], group: _Group, member: _Member) -> None:
+    """Take `member` out of `groups[group]`, and the group with its last member."""
+    members = groups[group]
+    members.discard(member)
+    if not members:
+        del groups[group]
+
+
 class StatusRollup:
     def __init__(
         self,
@@ -163,6 +179,8 @@ class StatusRollup:
         self._behind: dict[str, Behind] = {}
         """Per cluster, kept for the clusters a pass touched only: a pass costs what changed, not the fleet."""
         self._touched: set[str] = set()
+        self._failing: set[str] = set()
+        """Of the clusters touched, those whose failures changed: recounted before a batch's statuses go out."""
         self._stale_at: dict[ObjectKey, set[str]] = {}
         """The other way round: the clusters behind on each object."""
         self._errors: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
@@ -178,40 +196,60 @@ class StatusRollup:
         )
 
     async def pass_once(self) -> None:
-        reports = await self.store.deliveries_changed(self._since - _OVERLAP if self._since else None)
+        dirty = await self._reported() | self.projection.take_dirty()
+        for keys in self._batches(sorted(dirty)):
+            statuses = await self._roll(keys)
+            # A failure is counted on its cluster before the object statuses that show it go out: whoever sees
+            # an object fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
+            failing, self._failing = self._failing, set()
+            await self._publish_clusters(failing)
+            for kind, project, changes in _status_writes(statuses):
+                # An object deleted meanwhile is skipped: its deliveries go with it.
+                await self.store.merge_statuses(kind, project, changes)
+        touched, self._touched = self._touched, set()
+        await self._publish_clusters(touched | (self.projection.clusters.keys() - self._published_counts.keys()))
+        revision, now = await self.store.current_revision(), datetime.now(UTC)
+        self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
+
+    async def _reported(self) -> set[ObjectKey]:
+        """The objects with reports this roll-up has not rolled up yet. The first pass rolls up every object
+        reported (each is read with its reports), so it reads the reports' times only, not the reports."""
+        if self._since is None:
+            keys, self._since = await self.store.delivered_objects()
+            return keys
+        reports = await self.store.deliveries_changed(self._since - _OVERLAP)
         fresh = [d for d in reports if self._rolled.get((d.cluster, d.kind, d.project, d.name)) != d.updated_at]
         if reports:
             self._since = max(d.updated_at for d in reports)
             horizon = self._since - _OVERLAP
             self._rolled = {key: at for key, at in self._rolled.items() if at >= horizon}
-            self._rolled.update(((d.cluster, d.kind, d.project, d.name), d.updated_at) for d in fresh)
-        dirty = {(d.kind, d.project, d.name) for d in fresh} | self.projection.take_dirty()
-        keys = sorted(dirty)
-        statuses: list[tuple[ObjectKey, list[dict]]] = []
-        for start in range(0, len(keys), _BATCH):
-            statuses += await self._roll(keys[start : start + _BATCH])
-        touched, self._touched = self._touched, set()
-        for cluster in touched | (self.projection.clusters.keys() - self._behind.keys()):
-            self._behind[cluster] = behind(self._stale.get(cluster, ()), self.projection.objects)
-        for cluster in self._behind.keys() - self.projection.clusters.keys():
-            del self._behind[cluster]
-        await self._publish_cluster_counts(touched)
-        # The clusters' summaries are written before the object statuses they sum up: whoever sees an object
-        # fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
-        await self.clusters.flush()
-        for kind, project, changes in _status_writes(statuses):
-            # An object deleted meanwhile is skipped: its deliveries go with it.
-            await self.store.merge_statuses(kind, project, changes)
-        revision, now = await self.store.current_revision(), datetime.now(UTC)
-        self._publish_lag({cluster: lag_of(since, revision, now) for cluster, since in self._behind.items()})
+        return {(d.kind, d.project, d.name) for d in fresh}
+
+    def _batches(self, keys: list[ObjectKey]) -> Iterator[list[ObjectKey]]:
+        """`keys` in runs of at most _BATCH objects and, past the first object of a run, _ENTRIES_PER_ROLL
+        placements (the clusters an object is placed on, or still counted behind on)."""
+        batch: list[ObjectKey] = []
+        size = 0
+        for key in keys:
+            placements = max(len(self.projection.placed.get(key, ())), len(self._stale_at.get(key, ())), 1)
+            if batch and (len(batch) >= _BATCH or size + placements > _ENTRIES_PER_ROLL):
+                yield batch
+                batch, size = [], 0
+            batch.append(key)
+            size += placements
+        if batch:
+            yield batch
 
     async def _roll(self, keys: list[ObjectKey]) -> list[tuple[ObjectKey, list[dict]]]:
         """Each key's delivery entries, counted against its clusters; returns the entries that changed, for
         the caller to write."""
         changed: list[tuple[ObjectKey, list[dict]]] = []
         reported: dict[ObjectKey, dict[str, Delivery]] = {}
+        horizon = self._since - _OVERLAP if self._since is not None else None
         for delivery in await self.store.deliveries_of(keys):
             reported.setdefault((delivery.kind, delivery.project, delivery.name), {})[delivery.cluster] = delivery
+            if horizon is not None and delivery.updated_at >= horizon:
+                self._rolled[(delivery.cluster, delivery.kind, delivery.project, delivery.name)] = delivery.updated_at
         now = datetime.now(UTC).isoformat()
         stored_objects = await self.store.get_many(key for key in keys if key in self.projection.objects)
         for key in keys:
@@ -240,46 +278,52 @@ class StatusRollup:
 
     def _mark(self, cluster: str, key: ObjectKey, stale: bool) -> None:
         """Record whether `cluster` is behind on `key`; a cluster whose set changes is looked at again."""
-        members = self._stale.setdefault(cluster, set())
-        if (key in members) == stale:
+        if (key in self._stale.get(cluster, ())) == stale:
             return
-        holders = self._stale_at.setdefault(key, set())
         if stale:
-            members.add(key)
-            holders.add(cluster)
+            self._stale.setdefault(cluster, set()).add(key)
+            self._stale_at.setdefault(key, set()).add(cluster)
         else:
-            members.discard(key)
-            holders.discard(cluster)
-            if not holders:
-                del self._stale_at[key]
+            # Emptied sets go: a set keeps the room it grew to, and every cluster's grows while it syncs.
+            _discard(self._stale, cluster, key)
+            _discard(self._stale_at, key, cluster)
         self._touched.add(cluster)
 
     def _set_error(self, cluster: str, key: ObjectKey, error: tuple[str, str] | None) -> None:
         """Record why `key` fails on `cluster` (None: it does not); a cluster whose errors change is looked at
         again, as one whose out-of-date set does (an object already behind may fail later)."""
-        errors = self._errors.setdefault(cluster, {})
-        if errors.get(key) == error:
+        if self._errors.get(cluster, {}).get(key) == error:
             return
         if error is None:
+            errors = self._errors[cluster]
             del errors[key]
+            if not errors:
+                del self._errors[cluster]
         else:
-            errors[key] = error
+            self._errors.setdefault(cluster, {})[key] = error
         self._touched.add(cluster)
+        self._failing.add(cluster)
 
-    async def _publish_cluster_counts(self, touched: set[str]) -> None:
-        """Each cluster's objects out of date, since when it is behind and its newest failure: fields that
-        change only when the set does, so a status write is rare even while a cluster stays behind."""
-        for cluster in self.projection.clusters:
-            if cluster in self._published_counts and cluster not in touched:
-                continue
+    async def _publish_clusters(self, clusters: set[str]) -> None:
+        """Recount `clusters`: each one's objects out of date, since when it is behind and its newest failure,
+        written where they moved. These change only when a cluster's sets do, so a status write is rare even
+        while a cluster stays behind, and a pass recounts the clusters it touched, not the fleet."""
+        known = self.projection.clusters.keys()
+        for cluster in self._behind.keys() - known:
+            del self._behind[cluster]
+        for cluster in self._published_counts.keys() - known:
+            del self._published_counts[cluster]
+        for cluster in sorted(clusters & known):
             stale, errors = self._stale.get(cluster, set()), self._errors.get(cluster, {})
+            self._behind[cluster] = behind(stale, self.projection.objects)
             summary = {
-                **cluster_summary(len(stale), self._behind.get(cluster), errors),
+                **cluster_summary(len(stale), self._behind[cluster], errors),
                 "byProject": summaries_by_project(stale, errors, self.projection.objects),
             }
             if self._published_counts.get(cluster) != summary:
                 self.clusters.update_status(cluster, **summary)
                 self._published_counts[cluster] = summary
+        await self.clusters.flush()
 
     def _publish_lag(self, lags: Mapping[str, tuple[int, float]]) -> None:
         """Set each cluster's lag gauges that moved, and drop those of clusters no longer listed."""

@@ -238,6 +238,13 @@ async def deliveries_changed(conn: AsyncConnection, since: datetime | None) -> l
     return [Delivery(**row._mapping) for row in await conn.execute(statement)]
 
 
+async def delivered_objects(conn: AsyncConnection) -> tuple[set[tuple[str, str, str]], datetime | None]:
+    """The (kind, project, name) of every object some cluster reported, and the newest report's time."""
+    keys = await conn.execute(select(deliveries.c.kind, deliveries.c.project, deliveries.c.name).distinct())
+    newest = await conn.scalar(select(func.max(deliveries.c.updated_at)))
+    return {(kind, project, name) for kind, project, name in keys}, newest
+
+
 async def deliveries_of(conn: AsyncConnection, keys: Iterable[tuple[str, str, str]]) -> list[Delivery]:
     """Every cluster's delivery of the given (kind, project, name) objects."""
     wanted = list(keys)

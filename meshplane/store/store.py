@@ -561,6 +561,12 @@ class Store:
             return await queries.deliveries_changed(conn, since)
 
     @_timed
+    async def delivered_objects(self) -> tuple[set[tuple[str, str, str]], datetime | None]:
+        """The objects some cluster reported, by (kind, project, name), and when the newest report came."""
+        async with self._reading() as conn:
+            return await queries.delivered_objects(conn)
+
+    @_timed
     async def deliveries_of(self, keys: Iterable[tuple[str, str, str]]) -> builtins.list[Delivery]:
         async with self._reading() as conn:
             return await queries.deliveries_of(conn, keys)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from meshplane.model.status import DeliveryState
+from meshplane.server import status
 from meshplane.server.control_plane import ClusterRegistry
 from meshplane.server.feeder import ProjectionFeeder
 from meshplane.server.leader import Leadership
@@ -105,3 +108,106 @@ def test_statuses_listing_a_whole_fleet_are_written_a_few_at_a_time() -> None:
         ("API", "shop", ["api-2", "api-3"]),
         ("API", "shop", ["api-4"]),
     ]
+
+
+async def test_a_pass_over_objects_placed_on_many_clusters_holds_a_bounded_share_of_them_at_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a pass reads and builds for objects on a whole fleet is freed batch by batch: each batch of
+    objects is read, rolled up and written before the next is read, and covers a bounded number of
+    placements (an object on 10,000 clusters brings 10,000 reports and as many status entries)."""
+    for index in range(5):
+        await store.create("Cluster", "", f"edge-{index}", spec={})
+    names = [f"api-{index}" for index in range(6)]
+    for name in names:
+        await store.create("API", "shop", name, spec={"basePath": f"/{name}", "backends": [BACKEND]})
+    cache = ResourceCache()
+    projection = FleetProjection(cache)
+    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
+    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
+    monkeypatch.setattr(status, "_ENTRIES_PER_ROLL", 10)
+
+    steps: list[tuple[str, int]] = []
+    deliveries_of, merge_statuses = store.deliveries_of, store.merge_statuses
+
+    async def read(keys):  # type: ignore[no-untyped-def]
+        keys = list(keys)
+        steps.append(("read", len(keys)))
+        return await deliveries_of(keys)
+
+    async def write(kind: str, project: str, changes: dict) -> int:
+        if kind == "API":
+            steps.append(("write", len(changes)))
+        return await merge_statuses(kind, project, changes)
+
+    store.deliveries_of = read  # type: ignore[method-assign]
+    store.merge_statuses = write  # type: ignore[method-assign]
+    await rollup.pass_once()
+
+    assert steps == [("read", 2), ("write", 2)] * 3
+    for name in names:
+        entries = (await store.get("API", "shop", name)).status["clusters"]
+        assert [entry["cluster"] for entry in entries] == [f"edge-{index}" for index in range(5)]
+
+
+async def test_a_replica_taking_the_roll_up_over_reads_each_report_once(store: Store) -> None:
+    """Its first pass rolls every object up from the reports about it: reading every report beforehand as
+    well, to find what changed, would read a whole fleet's reports twice and hold them all at once. It
+    still rolls up the objects that are gone but reported, so their reports are forgotten."""
+    await applied_everywhere(store, NAMES)
+    gone = ("API", "shop", "retired")
+    await store.record_deliveries([Delivery("edge", *gone, "v1", DeliveryState.APPLIED.value, "", datetime.now(UTC))])
+    cache = ResourceCache()
+    taking_over = FleetProjection(cache)
+    await ProjectionFeeder(store, taking_over, ManifestProjection(cache))._load()
+    rollup = StatusRollup(store, taking_over, ClusterRegistry(store), Leadership(store))
+
+    read: list[int] = []
+    deliveries_changed, deliveries_of = store.deliveries_changed, store.deliveries_of
+
+    async def changed(since=None):  # type: ignore[no-untyped-def]
+        found = await deliveries_changed(since)
+        read.append(len(found))
+        return found
+
+    async def of(keys):  # type: ignore[no-untyped-def]
+        found = await deliveries_of(keys)
+        read.append(len(found))
+        return found
+
+    store.deliveries_changed = changed  # type: ignore[method-assign]
+    store.deliveries_of = of  # type: ignore[method-assign]
+    await rollup.pass_once()
+
+    reports = sum(len(names) for names in NAMES.values()) + 1
+    assert sum(read) == reports
+    assert await deliveries_of([gone]) == []
+
+
+async def test_a_pass_in_many_batches_recounts_each_cluster_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster behind on objects of every batch is counted once, at the end of the pass: recounting it
+    after each batch would cost a fleet's recount per batch (a replica taking the roll-up over, with every
+    object on every cluster, has a batch per object or two)."""
+    for index in range(5):
+        await store.create("Cluster", "", f"edge-{index}", spec={})
+    for index in range(6):
+        await store.create("API", "shop", f"api-{index}", spec={"basePath": f"/a{index}", "backends": [BACKEND]})
+    cache = ResourceCache()
+    projection = FleetProjection(cache)
+    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
+    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
+    monkeypatch.setattr(status, "_ENTRIES_PER_ROLL", 10)
+    counted: list[int] = []
+    recount = status.behind
+
+    def counting(unapplied, objects):  # type: ignore[no-untyped-def]
+        counted.append(len(unapplied))
+        return recount(unapplied, objects)
+
+    monkeypatch.setattr(status, "behind", counting)
+    await rollup.pass_once()
+
+    assert counted == [6, 6] * 5  # all its objects, then those of its one project
+    for index in range(5):
+        summary = (await store.get("Cluster", "", f"edge-{index}")).status
+        assert summary["outOfDate"] == 6
