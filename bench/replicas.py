@@ -11,16 +11,17 @@ objects written and no client, then with all N clients holding them and the repl
 the sum of the growths / N. Then the one more API is changed (`--changes` times, each once every replica
 is quiet again), through the first replica's north API; a change is timed from just before its PUT until
 the last client has received it (time.time() in every process: one machine, one clock). Last, the replica
-holding the most agents is killed with SIGKILL and not started again: its clients reconnect to the others
-on their own (`killed_the_leader` says whether it led the status roll-up, which another replica then takes
-over with a pass over every object while the clients move). A client is back in sync when the first API
+holding the most agents (with `--kill leader`, the one leading the status roll-up) is killed with SIGKILL
+and not started again: its clients reconnect to the others on their own. `killed_the_leader` says whether
+it led the roll-up, which another replica then takes over with a pass over every object while the clients
+move. A client is back in sync when the first API
 response of a stream after the kill has reached it and it holds exactly what it held before; an upsert of
 a name at the version it already held is an object resent. Every client must be back (each replica's
 meshplane_connected_agents, read before the kill, says how many were on the one killed), and the survivors
 must then count all N. Prints one JSON object; exits 1 if a worker fails or a wait times out.
 
     .venv/bin/python -m bench.replicas [--agents 10000] [--replicas 4] [--objects 200] [--changes 10]
-        [--workers 4] [--quick]
+        [--workers 4] [--kill most-agents|leader] [--quick]
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def all_quiet(servers: Sequence[ServerProcess]) -> float:
 
 
 def fleet(
-    work: Path, database_url: str, agents: int, replicas: int, workers: int, objects: int, changes: int
+    work: Path, database_url: str, agents: int, replicas: int, workers: int, objects: int, changes: int, kill: str
 ) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         first = stack.enter_context(run_server(work, database_url, name="replica-0", insecure=True))
@@ -116,8 +117,8 @@ def fleet(
             servers_cpu.append((total_cpu(server_pids) - servers_used) * 1000)
             clients_cpu.append((total_cpu(pool.pids) - clients_used) * 1000)
 
-        victim = max(range(replicas), key=spread.__getitem__)
-        led = servers[victim].scrape().total("meshplane_leader") == 1
+        leading = [server.scrape().total("meshplane_leader") == 1 for server in servers]
+        victim = leading.index(True) if kill == "leader" else max(range(replicas), key=spread.__getitem__)
         survivors = [server for index, server in enumerate(servers) if index != victim]
         cpu_before = [cpu_seconds(server.process.pid) for server in survivors]
         servers[victim].process.kill()
@@ -145,7 +146,7 @@ def fleet(
     growth = sum(rss_n) - sum(rss_0)
     kill = {
         "agents_moved": spread[victim],
-        "killed_the_leader": led,
+        "killed_the_leader": leading[victim],
         **aftermath.figures(killed),
         "survivors_busy_after_all_in_sync_s": round(busy, 1),
         "survivors_cpu_s_until_in_sync": [round(used, 2) for used in cpu_in_sync],
@@ -170,11 +171,12 @@ def fleet(
     }
 
 
-def run(agents: int, replicas: int, workers: int, objects: int, changes: int) -> dict[str, Any]:
+def run(agents: int, replicas: int, workers: int, objects: int, changes: int, kill: str) -> dict[str, Any]:
     raise_fd_limit()
     with tempfile.TemporaryDirectory(prefix="meshplane-bench-") as work, postgres_for(Path(work), [POSTGRESQL]) as pg:
         assert pg is not None
-        measured = fleet(Path(work), asyncio.run(pg.create_database()), agents, replicas, workers, objects, changes)
+        database = asyncio.run(pg.create_database())
+        measured = fleet(Path(work), database, agents, replicas, workers, objects, changes, kill)
     kill = measured["kill"]
     return {
         "benchmark": "replicas",
@@ -203,6 +205,9 @@ def main() -> None:
     arguments.add_argument("--objects", type=int, default=200, help="APIs every agent holds besides the changed one")
     arguments.add_argument("--changes", type=int, default=10)
     arguments.add_argument("--workers", type=int, default=4, help="processes holding the clients")
+    arguments.add_argument(
+        "--kill", choices=["most-agents", "leader"], default="most-agents", help="which replica is killed"
+    )
     args = arguments.parse_args()
     started = time.monotonic()
     if args.quick:
@@ -210,7 +215,7 @@ def main() -> None:
     else:
         agents, replicas, objects, changes = args.agents, args.replicas, args.objects, args.changes
     try:
-        report = run(agents, replicas, args.workers, objects, changes)
+        report = run(agents, replicas, args.workers, objects, changes, args.kill)
     except (RuntimeError, TimeoutError) as exc:
         sys.exit(f"replicas failed: {exc}")
     emit(report, started)
