@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
 from meshplane.model.status import DeliveryState
 from meshplane.model.stored import ObjectKey
@@ -144,18 +143,6 @@ def _status_writes(
             yield kind, project, batch
 
 
-_Group = TypeVar("_Group")
-_Member = TypeVar("_Member")
-
-
-def _discard(groups: dict[_Group, set[_Member]], group: _Group, member: _Member) -> None:
-    """Take `member` out of `groups[group]`, and the group with its last member."""
-    members = groups[group]
-    members.discard(member)
-    if not members:
-        del groups[group]
-
-
 class StatusRollup:
     def __init__(
         self,
@@ -176,13 +163,13 @@ class StatusRollup:
         """The reports inside the overlap already rolled up, by (cluster, kind, project, name): the overlap
         re-reads them at every pass, and rolling them up again would cost a pass over them for ever."""
         self._stale: dict[str, set[ObjectKey]] = {}
+        """Per cluster, the objects it is behind on; one way round only: a fleet that does not report is
+        behind on everything, and the other way round as well would be a second copy of that."""
         self._behind: dict[str, Behind] = {}
         """Per cluster, kept for the clusters a pass touched only: a pass costs what changed, not the fleet."""
         self._touched: set[str] = set()
         self._failing: set[str] = set()
         """Of the clusters touched, those whose failures changed: recounted before a batch's statuses go out."""
-        self._stale_at: dict[ObjectKey, set[str]] = {}
-        """The other way round: the clusters behind on each object."""
         self._errors: dict[str, dict[ObjectKey, tuple[str, str]]] = {}
         """cluster -> object -> (since when, why) it fails there, for the objects failing there now."""
         self._published_counts: dict[str, dict[str, object]] = {}
@@ -227,11 +214,11 @@ class StatusRollup:
 
     def _batches(self, keys: list[ObjectKey]) -> Iterator[list[ObjectKey]]:
         """`keys` in runs of at most _BATCH objects and, past the first object of a run, _ENTRIES_PER_ROLL
-        placements (the clusters an object is placed on, or still counted behind on)."""
+        placements (the clusters an object is placed on)."""
         batch: list[ObjectKey] = []
         size = 0
         for key in keys:
-            placements = max(len(self.projection.placed.get(key, ())), len(self._stale_at.get(key, ())), 1)
+            placements = max(len(self.projection.placed.get(key, ())), 1)
             if batch and (len(batch) >= _BATCH or size + placements > _ENTRIES_PER_ROLL):
                 yield batch
                 batch, size = [], 0
@@ -255,7 +242,8 @@ class StatusRollup:
         for key in keys:
             obj = self.projection.objects.get(key)
             versions = self.projection.served_versions(key)
-            for cluster in self._stale_at.get(key, set()) - versions.keys():
+            gone = [cluster for cluster, keys in self._stale.items() if key in keys and cluster not in versions]
+            for cluster in gone:
                 self._mark(cluster, key, stale=False)
                 self._set_error(cluster, key, None)
             if obj is None:
@@ -282,11 +270,11 @@ class StatusRollup:
             return
         if stale:
             self._stale.setdefault(cluster, set()).add(key)
-            self._stale_at.setdefault(key, set()).add(cluster)
         else:
-            # Emptied sets go: a set keeps the room it grew to, and every cluster's grows while it syncs.
-            _discard(self._stale, cluster, key)
-            _discard(self._stale_at, key, cluster)
+            behind_on = self._stale[cluster]
+            behind_on.discard(key)
+            if not behind_on:  # an emptied set goes: it keeps the room it grew to while the cluster synced
+                del self._stale[cluster]
         self._touched.add(cluster)
 
     def _set_error(self, cluster: str, key: ObjectKey, error: tuple[str, str] | None) -> None:

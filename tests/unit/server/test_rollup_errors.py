@@ -15,6 +15,7 @@ from meshplane.server.status import StatusRollup
 from meshplane.store.records import Delivery
 from meshplane.store.store import Store
 from meshplane.xds.cache import ResourceCache
+from tests.unit.server.feeders import running
 
 BACKEND = {"host": "127.0.0.1", "port": 9001}
 
@@ -50,3 +51,28 @@ async def test_an_object_that_fails_after_it_was_pending_becomes_the_clusters_la
     }
     assert (applied["outOfDate"], applied.get("lastError")) == (0, None)
     assert applied["byProject"] == {}
+
+
+async def test_a_cluster_stops_counting_an_object_moved_off_it_or_deleted(store: Store) -> None:
+    """Pending on both clusters, then placed on one only, then deleted: each cluster's count follows."""
+    for name in ("east", "west"):
+        await store.create("Cluster", "", name, spec={}, labels={"zone": name})
+    placed = {"basePath": "/orders", "backends": [BACKEND], "placement": {"clusters": ["east", "west"]}}
+    await store.create("API", "shop", "orders", spec=placed)
+    cache = ResourceCache()
+    projection = FleetProjection(cache)
+    feeder = ProjectionFeeder(store, projection, ManifestProjection(cache))
+    await feeder._load()
+    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
+
+    async def counts() -> dict[str, int]:
+        await feeder.reached(await store.current_revision())
+        await rollup.pass_once()
+        return {name: (await store.get("Cluster", "", name)).status["outOfDate"] for name in ("east", "west")}
+
+    async with running(feeder):
+        assert await counts() == {"east": 1, "west": 1}
+        await store.put("API", "shop", "orders", spec={**placed, "placement": {"clusters": ["east"]}})
+        assert await counts() == {"east": 1, "west": 0}
+        await store.delete("API", "shop", "orders")
+        assert await counts() == {"east": 0, "west": 0}

@@ -23,16 +23,31 @@ BACKEND = {"host": "127.0.0.1", "port": 9001}
 NAMES = {"shop": [f"api-{index}" for index in range(30)], "books": ["catalog", "loans"]}
 
 
+async def roll_up_of(store: Store) -> tuple[FleetProjection, StatusRollup]:
+    """A projection loaded from `store` and a roll-up over it, as a replica taking the lead builds them."""
+    cache = ResourceCache()
+    projection = FleetProjection(cache)
+    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
+    return projection, StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
+
+
+async def many_batches_of(store: Store, monkeypatch: pytest.MonkeyPatch) -> StatusRollup:
+    """Six APIs on each of five clusters, none reported, and a roll-up over them that takes two APIs a batch."""
+    for index in range(5):
+        await store.create("Cluster", "", f"edge-{index}", spec={})
+    for index in range(6):
+        await store.create("API", "shop", f"api-{index}", spec={"basePath": f"/a{index}", "backends": [BACKEND]})
+    monkeypatch.setattr(status, "_ENTRIES_PER_ROLL", 10)
+    return (await roll_up_of(store))[1]
+
+
 async def applied_everywhere(store: Store, apis: dict[str, list[str]]) -> tuple[FleetProjection, StatusRollup]:
     """One cluster placed with `apis` (project -> names), rolled up once, then reporting all of them applied."""
     await store.create("Cluster", "", "edge", spec={})
     for project, names in apis.items():
         for name in names:
             await store.create("API", project, name, spec={"basePath": f"/{name}", "backends": [BACKEND]})
-    cache = ResourceCache()
-    projection = FleetProjection(cache)
-    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
-    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
+    projection, rollup = await roll_up_of(store)
     await rollup.pass_once()
     now = datetime.now(UTC)
     await store.record_deliveries(
@@ -116,16 +131,7 @@ async def test_a_pass_over_objects_placed_on_many_clusters_holds_a_bounded_share
     """What a pass reads and builds for objects on a whole fleet is freed batch by batch: each batch of
     objects is read, rolled up and written before the next is read, and covers a bounded number of
     placements (an object on 10,000 clusters brings 10,000 reports and as many status entries)."""
-    for index in range(5):
-        await store.create("Cluster", "", f"edge-{index}", spec={})
-    names = [f"api-{index}" for index in range(6)]
-    for name in names:
-        await store.create("API", "shop", name, spec={"basePath": f"/{name}", "backends": [BACKEND]})
-    cache = ResourceCache()
-    projection = FleetProjection(cache)
-    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
-    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
-    monkeypatch.setattr(status, "_ENTRIES_PER_ROLL", 10)
+    rollup = await many_batches_of(store, monkeypatch)
 
     steps: list[tuple[str, int]] = []
     deliveries_of, merge_statuses = store.deliveries_of, store.merge_statuses
@@ -145,8 +151,8 @@ async def test_a_pass_over_objects_placed_on_many_clusters_holds_a_bounded_share
     await rollup.pass_once()
 
     assert steps == [("read", 2), ("write", 2)] * 3
-    for name in names:
-        entries = (await store.get("API", "shop", name)).status["clusters"]
+    for index in range(6):
+        entries = (await store.get("API", "shop", f"api-{index}")).status["clusters"]
         assert [entry["cluster"] for entry in entries] == [f"edge-{index}" for index in range(5)]
 
 
@@ -157,10 +163,7 @@ async def test_a_replica_taking_the_roll_up_over_reads_each_report_once(store: S
     await applied_everywhere(store, NAMES)
     gone = ("API", "shop", "retired")
     await store.record_deliveries([Delivery("edge", *gone, "v1", DeliveryState.APPLIED.value, "", datetime.now(UTC))])
-    cache = ResourceCache()
-    taking_over = FleetProjection(cache)
-    await ProjectionFeeder(store, taking_over, ManifestProjection(cache))._load()
-    rollup = StatusRollup(store, taking_over, ClusterRegistry(store), Leadership(store))
+    _, rollup = await roll_up_of(store)
 
     read: list[int] = []
     deliveries_changed, deliveries_of = store.deliveries_changed, store.deliveries_of
@@ -188,15 +191,7 @@ async def test_a_pass_in_many_batches_recounts_each_cluster_once(store: Store, m
     """A cluster behind on objects of every batch is counted once, at the end of the pass: recounting it
     after each batch would cost a fleet's recount per batch (a replica taking the roll-up over, with every
     object on every cluster, has a batch per object or two)."""
-    for index in range(5):
-        await store.create("Cluster", "", f"edge-{index}", spec={})
-    for index in range(6):
-        await store.create("API", "shop", f"api-{index}", spec={"basePath": f"/a{index}", "backends": [BACKEND]})
-    cache = ResourceCache()
-    projection = FleetProjection(cache)
-    await ProjectionFeeder(store, projection, ManifestProjection(cache))._load()
-    rollup = StatusRollup(store, projection, ClusterRegistry(store), Leadership(store))
-    monkeypatch.setattr(status, "_ENTRIES_PER_ROLL", 10)
+    rollup = await many_batches_of(store, monkeypatch)
     counted: list[int] = []
     recount = status.behind
 
