@@ -242,7 +242,7 @@ class StatusRollup:
         for key in keys:
             obj = self.projection.objects.get(key)
             versions = self.projection.served_versions(key)
-            gone = [cluster for cluster, keys in self._stale.items() if key in keys and cluster not in versions]
+            gone = [cluster for cluster, stale in self._stale.items() if key in stale and cluster not in versions]
             for cluster in gone:
                 self._mark(cluster, key, stale=False)
                 self._set_error(cluster, key, None)
