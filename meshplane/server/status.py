@@ -189,7 +189,8 @@ class StatusRollup:
             # A failure is counted on its cluster before the object statuses that show it go out: whoever sees
             # an object fail on a cluster (`apply --wait`) then finds the failure in that cluster's status too.
             failing, self._failing = self._failing, set()
-            await self._publish_clusters(failing)
+            if failing:
+                await self._publish_clusters(failing)
             for kind, project, changes in _status_writes(statuses):
                 # An object deleted meanwhile is skipped: its deliveries go with it.
                 await self.store.merge_statuses(kind, project, changes)
